@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make demo` (a short two-worker training) and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.hvdtrain-installed
+WORKERS ?= 2
+EPOCHS ?= 2
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+$(STAMP): launch/install.sh setup.cfg pyproject.toml
+	bash launch/install.sh $(VENV)
+	touch $@
+
+# The main job: synchronous data parallelism over WORKERS processes on Fashion-MNIST.
+demo: setup
+	PATH=$(abspath $(BIN)):$$PATH horovodrun -np $(WORKERS) -H localhost:$(WORKERS) --gloo \
+		hvdtrain train --model lenet --dataset fashion-mnist --epochs $(EPOCHS)
+
+test: setup
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

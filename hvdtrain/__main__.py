@@ -1,0 +1,3 @@
+from hvdtrain.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""The maths of local SGD: when workers average, what an averaging round does, what it costs.
+
+Everything here is a pure function. `outer_step` uses only `+ - * /`, so it runs
+unchanged on NumPy arrays in the tests and on TensorFlow tensors inside
+`hvdtrain.keras.local_sgd`.
+
+Update rules (K workers, x̄ the average of the workers' weights, γ the inner rate):
+- plain local SGD (Stich 2018): every worker sets x ← x̄.
+- SlowMo (Wang et al. 2020), with x₀ the weights after the previous round:
+      u ← β u + (x₀ − x̄) / γ ;  x₀ ← x₀ − α γ u ;  x ← x₀
+  α = 1, β = 0 gives x₀ = x̄, i.e. plain local SGD.
+- Nesterov outer momentum (as DiLoCo, Douillard et al. 2023), same buffers:
+      u ← β u + (x₀ − x̄) / γ ;  x₀ ← x₀ − α γ (β u + (x₀ − x̄) / γ)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+
+def is_local_sync_step(step: int, n_sync: int, warm_start_steps: int = 0) -> bool:
+    """True when completed step `step` (1-based) ends a round of n_sync local steps."""
+    local_steps = step - warm_start_steps
+    return local_steps > 0 and local_steps % n_sync == 0
+
+
+def is_warm_start_end(step: int, warm_start_steps: int) -> bool:
+    """The step after which the synchronous warm start hands over to local steps."""
+    return warm_start_steps > 0 and step == warm_start_steps
+
+
+def is_epoch_end(step: int, steps_per_epoch: int) -> bool:
+    return step % steps_per_epoch == 0
+
+
+def sync_points(total_steps: int, steps_per_epoch: int, n_sync: int,
+                warm_start_steps: int = 0) -> list[int]:
+    """Completed steps after which local SGD averages the workers' state.
+
+    A round runs every n_sync local steps, once when the synchronous warm start ends
+    (its BatchNorm statistics have drifted apart even though the weights have not),
+    and at every epoch end so that evaluation and checkpoints see the consensus model.
+    """
+    return [
+        step for step in range(1, total_steps + 1)
+        if is_local_sync_step(step, n_sync, warm_start_steps)
+        or is_warm_start_end(step, warm_start_steps)
+        or is_epoch_end(step, steps_per_epoch)
+    ]
+
+
+def gradient_steps(total_steps: int, mode: str, warm_start_steps: int = 0) -> int:
+    """How many steps allreduce their gradients."""
+    return total_steps if mode == "sync" else min(warm_start_steps, total_steps)
+
+
+def payload_bytes(shapes_and_itemsizes: Iterable[tuple[Sequence[int], int]]) -> int:
+    """Bytes one worker hands to allreduce for these tensors."""
+    return sum(math.prod(shape) * itemsize for shape, itemsize in shapes_and_itemsizes)
+
+
+def bytes_allreduced(gradient_step_count: int, gradient_bytes: int,
+                     state_sync_count: int, state_bytes: int) -> int:
+    """Payload one worker allreduces over a run.
+
+    This is what the worker submits, not what crosses the wire: a ring allreduce
+    sends about 2 (K − 1) / K times it. Both modes are counted the same way, so the
+    ratio between them is the saving.
+    """
+    return gradient_step_count * gradient_bytes + state_sync_count * state_bytes
+
+
+def expected_bytes_allreduced(mode: str, total_steps: int, steps_per_epoch: int, n_sync: int,
+                              warm_start_steps: int, gradient_bytes: int, state_bytes: int,
+                              epoch_end_bytes: int) -> int:
+    """Bytes a whole run allreduces, from its shape alone.
+
+    Sync mode averages gradients every step and non-trainable state (BatchNorm
+    statistics, `epoch_end_bytes`) at each epoch end; local mode follows `sync_points`.
+    """
+    if mode == "sync":
+        epochs = total_steps // steps_per_epoch
+        return bytes_allreduced(total_steps, gradient_bytes, epochs, epoch_end_bytes)
+    syncs = len(sync_points(total_steps, steps_per_epoch, n_sync, warm_start_steps))
+    return bytes_allreduced(gradient_steps(total_steps, mode, warm_start_steps),
+                            gradient_bytes, syncs, state_bytes)
+
+
+def outer_step(x0, x_avg, momentum_buffer, inner_lr, outer_lr: float, outer_momentum: float,
+               nesterov: bool = False):
+    """One SlowMo / Nesterov outer update of a single tensor; returns (new x0, new buffer)."""
+    outer_grad = (x0 - x_avg) / inner_lr
+    new_buffer = outer_momentum * momentum_buffer + outer_grad
+    direction = outer_momentum * new_buffer + outer_grad if nesterov else new_buffer
+    return x0 - outer_lr * inner_lr * direction, new_buffer

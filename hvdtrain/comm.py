@@ -1,0 +1,104 @@
+"""Every call hvdtrain makes into Horovod goes through this module.
+
+Horovod 0.28.1 is the last release and does not support Keras 3, so keeping the
+dependency behind a handful of functions means a move to another collective
+library (or a future Horovod) changes this file only. We use the framework-level
+`horovod.tensorflow` ops, not Horovod's Keras callbacks, for the same reason.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+
+def init() -> None:
+    """Start Horovod once; without horovodrun this is a world of one worker."""
+    if not hvd.is_initialized():
+        hvd.init()
+
+
+def rank() -> int:
+    return hvd.rank()
+
+
+def size() -> int:
+    return hvd.size()
+
+
+def local_rank() -> int:
+    return hvd.local_rank()
+
+
+def local_size() -> int:
+    return hvd.local_size()
+
+
+def cross_rank() -> int:
+    return hvd.cross_rank()
+
+
+def cross_size() -> int:
+    return hvd.cross_size()
+
+
+def is_chief() -> bool:
+    return hvd.rank() == 0
+
+
+def average(tensors: Sequence[tf.Tensor], name: str | None = None,
+            fp16: bool = False) -> list[tf.Tensor]:
+    """Element-wise mean over workers of each tensor, as one grouped allreduce.
+
+    Works eagerly and inside tf.function. With one worker it returns the inputs.
+    """
+    tensors = list(tensors)
+    if hvd.size() == 1 or not tensors:
+        return tensors
+    compression = hvd.Compression.fp16 if fp16 else hvd.Compression.none
+    return list(hvd.grouped_allreduce(tensors, op=hvd.Average, name=name,
+                                      compression=compression))
+
+
+def total(tensors: Sequence[tf.Tensor], name: str | None = None) -> list[tf.Tensor]:
+    """Element-wise sum over workers."""
+    tensors = list(tensors)
+    if hvd.size() == 1 or not tensors:
+        return tensors
+    return list(hvd.grouped_allreduce(tensors, op=hvd.Sum, name=name))
+
+
+def average_scalars(values: Mapping[str, float], name: str = "scalars") -> dict[str, float]:
+    """Mean over workers of each named number; every worker must pass the same names."""
+    keys = sorted(values)
+    if not keys:
+        return {}
+    stacked = tf.constant([float(values[k]) for k in keys], dtype=tf.float64)
+    (mean,) = average([stacked], name=name)
+    return dict(zip(keys, (float(v) for v in mean.numpy())))
+
+
+def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
+    if hvd.size() > 1 and variables:
+        hvd.broadcast_variables(list(variables), root_rank=root_rank)
+
+
+def broadcast_object(obj, root_rank: int = 0, name: str | None = None):
+    """A picklable Python object from `root_rank` to every worker."""
+    if hvd.size() == 1:
+        return obj
+    return hvd.broadcast_object(obj, root_rank=root_rank, name=name)
+
+
+def allgather_object(obj, name: str | None = None) -> list:
+    """Every worker's picklable object, in rank order."""
+    if hvd.size() == 1:
+        return [obj]
+    return hvd.allgather_object(obj, name=name)
+
+
+def barrier() -> None:
+    if hvd.size() > 1:
+        hvd.barrier()

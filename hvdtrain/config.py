@@ -1,0 +1,250 @@
+"""The one configuration object of a training run.
+
+`TrainConfig` is the single source of truth: the CLI builds its options from the
+field metadata below, YAML files and CLI overrides are merged into it, it is
+validated once, and the resolved copy is saved as `config.yaml` in the run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+from hvdtrain.errors import ConfigError
+
+MODES = ("sync", "local")
+OPTIMIZERS = ("sgd", "adam")
+LR_DECAYS = ("cosine", "step", "constant")
+OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
+
+
+def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass
+class TrainConfig:
+    # What to train on.
+    model: str = _opt("lenet", "model name from the registry (hvdtrain.models)")
+    dataset: str = _opt("fashion-mnist", "dataset name: fashion-mnist or synthetic")
+    data_dir: str | None = _opt(
+        None, "folder holding the dataset files (default: the dataset's standard path)")
+    train_examples: int | None = _opt(
+        None, "use only the first N training examples (quick runs and tests)")
+    synthetic_shape: str = _opt(
+        "28x28x1", "image shape HxWxC of the synthetic dataset")
+
+    # How long.
+    epochs: int = _opt(2, "number of epochs")
+    steps_per_epoch: int | None = _opt(
+        None, "cap on steps per epoch (default: one pass over each worker's shard)")
+    batch_size: int = _opt(64, "batch size per worker; the global batch is this times the workers")
+
+    # Optimisation.
+    optimizer: str = _opt("sgd", "inner optimizer", OPTIMIZERS)
+    base_lr: float = _opt(
+        0.1, "learning rate for a global batch of 256; scaled linearly to the real global batch")
+    warmup_epochs: float = _opt(
+        0.5, "epochs over which the rate ramps linearly from the one-worker rate to the scaled rate")
+    lr_decay: str = _opt("cosine", "decay after warmup", LR_DECAYS)
+    momentum: float = _opt(0.9, "SGD momentum (0 for plain SGD)")
+    nesterov: bool = _opt(False, "use Nesterov momentum with SGD")
+    weight_decay: float = _opt(
+        0.0, "decoupled weight decay applied by the optimizer (biases and BatchNorm excluded)")
+    seed: int = _opt(42, "random seed for weights, shuffling and dropout")
+
+    # Parallelism.
+    mode: str = _opt(
+        "sync", "sync: average gradients every step; local: average weights every --n-sync steps",
+        MODES)
+    n_sync: int = _opt(100, "local mode: local steps between two weight averagings")
+    warm_start_steps: int = _opt(
+        0, "local mode: synchronous (gradient-averaging) steps before going local")
+    init_weights: str | None = _opt(
+        None, "start from these weights (.weights.h5), e.g. a one-worker warm start")
+    average_bn_stats: bool = _opt(
+        True, "local mode: average BatchNorm moving statistics at each sync")
+    average_optimizer_state: bool = _opt(
+        False, "local mode: also average optimizer slots (momentum, Adam moments) at each sync")
+    outer_optimizer: str = _opt(
+        "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS)
+    outer_lr: float = _opt(1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging")
+    outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)")
+
+    # Output.
+    out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)")
+    validate: bool = _opt(True, "evaluate on the test split after every epoch")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save_yaml(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(self.to_dict(), fh, sort_keys=False)
+
+    @property
+    def uses_outer_optimizer(self) -> bool:
+        return self.outer_optimizer != "none"
+
+    def validate_values(self) -> "TrainConfig":
+        """Raise ConfigError naming the first bad option and its value."""
+        _positive_int(self, "epochs")
+        _positive_int(self, "batch_size")
+        _positive_int(self, "n_sync")
+        if self.steps_per_epoch is not None:
+            _positive_int(self, "steps_per_epoch")
+        if self.train_examples is not None:
+            _positive_int(self, "train_examples")
+        _non_negative_int(self, "warm_start_steps")
+        _non_negative_int(self, "seed")
+        _positive_float(self, "base_lr")
+        _non_negative_float(self, "warmup_epochs")
+        _non_negative_float(self, "weight_decay")
+        _fraction(self, "momentum")
+        _fraction(self, "outer_momentum")
+        _positive_float(self, "outer_lr")
+        for name in ("optimizer", "lr_decay", "mode", "outer_optimizer"):
+            choices = _field(name).metadata["choices"]
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"{_flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        parse_shape(self.synthetic_shape)
+
+        if self.mode != "local":
+            for name, default in (("warm_start_steps", 0), ("outer_optimizer", "none"),
+                                  ("outer_lr", 1.0), ("outer_momentum", 0.0)):
+                if getattr(self, name) != default:
+                    raise ConfigError(
+                        f"{_flag(name)} needs --mode local, got {_flag(name)} "
+                        f"{getattr(self, name)} with --mode {self.mode}")
+        if self.outer_optimizer == "none" and (self.outer_lr != 1.0 or self.outer_momentum != 0.0):
+            raise ConfigError(
+                "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
+                f"got --outer-lr {self.outer_lr} --outer-momentum {self.outer_momentum} "
+                "with --outer-optimizer none")
+        if self.nesterov and (self.optimizer != "sgd" or self.momentum == 0):
+            raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
+                              f"got --optimizer {self.optimizer} --momentum {self.momentum}")
+        return self
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'32x32x3' -> (32, 32, 3); raises ConfigError for anything else."""
+    parts = str(text).lower().split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) <= 0:
+        raise ConfigError(f"--synthetic-shape must look like 32x32x3, got {text!r}")
+    return dims  # type: ignore[return-value]
+
+
+def load_config(yaml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """Defaults, then the YAML file, then the overrides (CLI); validated."""
+    values: dict[str, Any] = {}
+    if yaml_path is not None:
+        values.update(_read_yaml(yaml_path))
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    known = set(TrainConfig.field_names())
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"unknown option {key!r}")
+    for key, value in values.items():
+        values[key] = _coerce(key, value)
+    return TrainConfig(**values).validate_values()
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of option: value")
+    known = set(TrainConfig.field_names())
+    values = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in known:
+            raise ConfigError(f"config file {path}: unknown option {key!r}")
+        values[name] = value
+    return values
+
+
+def _field(name: str) -> dataclasses.Field:
+    return {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Turn YAML/CLI values into the field's type; leave bad ones for validation to name."""
+    default = _field(name).default
+    if value is None:
+        return None
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{_flag(name)} must be true or false, got {value!r}")
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(default, float) and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{_flag(name)} must be a number, got {value!r}") from None
+    return value
+
+
+def _positive_int(cfg: TrainConfig, name: str) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
+
+
+def _non_negative_int(cfg: TrainConfig, name: str) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{_flag(name)} must be a non-negative integer, got {value!r}")
+
+
+def _number(cfg: TrainConfig, name: str) -> float:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{_flag(name)} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _positive_float(cfg: TrainConfig, name: str) -> None:
+    if _number(cfg, name) <= 0:
+        raise ConfigError(f"{_flag(name)} must be positive, got {getattr(cfg, name)!r}")
+
+
+def _non_negative_float(cfg: TrainConfig, name: str) -> None:
+    if _number(cfg, name) < 0:
+        raise ConfigError(f"{_flag(name)} must be zero or positive, got {getattr(cfg, name)!r}")
+
+
+def _fraction(cfg: TrainConfig, name: str) -> None:
+    if not 0 <= _number(cfg, name) < 1:
+        raise ConfigError(f"{_flag(name)} must be in [0, 1), got {getattr(cfg, name)!r}")

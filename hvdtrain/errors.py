@@ -1,0 +1,19 @@
+"""Exceptions that the CLI turns into one-line messages and a non-zero exit."""
+
+
+class HvdtrainError(Exception):
+    """Base class: anything the user can fix (bad input, bad configuration)."""
+
+    exit_code = 1
+
+
+class ConfigError(HvdtrainError):
+    """An option value or a combination of options is invalid."""
+
+    exit_code = 2
+
+
+class DataError(HvdtrainError):
+    """A data file or directory is missing, unreadable or malformed."""
+
+    exit_code = 3

@@ -1,0 +1,73 @@
+"""Keras callbacks for data-parallel training with Horovod; they compose with any `model.fit`.
+
+Order them as listed in `hvdtrain.keras.__doc__`: state broadcast and averaging
+first, metric averaging next, then anything that reads metrics (loggers,
+checkpoints), which should run on rank 0 only.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import tensorflow as tf
+
+from hvdtrain import comm
+from hvdtrain.keras.state import ModelStateAverager, broadcast_model_state
+
+
+class BroadcastInitialState(tf.keras.callbacks.Callback):
+    """Copies rank 0's weights and optimizer state to every worker before the first step.
+
+    Horovod's own callback does this after the first batch; here it happens in
+    `on_train_begin`, so step one already starts from identical weights.
+    """
+
+    def __init__(self, root_rank: int = 0):
+        super().__init__()
+        self.root_rank = root_rank
+
+    def on_train_begin(self, logs=None):
+        broadcast_model_state(self.model, self.root_rank)
+
+
+class MetricAverage(tf.keras.callbacks.Callback):
+    """Replaces every numeric epoch log with its mean over workers, so all ranks agree."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        numeric = {k: v for k, v in logs.items()
+                   if isinstance(v, numbers.Number) or (hasattr(v, "shape") and v.shape == ())}
+        logs.update(comm.average_scalars(numeric, name=f"epoch_{epoch}_metrics"))
+
+
+class AverageModelStatistics(tf.keras.callbacks.Callback):
+    """Averages non-trainable state (BatchNorm moving statistics) at every epoch end.
+
+    In synchronous training the weights stay identical but each worker's BatchNorm
+    statistics see only its own shard; averaging them before evaluation and
+    checkpointing makes the evaluated and saved model the same on every rank.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.averager: ModelStateAverager | None = None
+        self._pending = False
+
+    def on_train_begin(self, logs=None):
+        if self.averager is None:
+            self.averager = ModelStateAverager(self.model, trainable=False, statistics=True)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._pending = True
+
+    def _average_pending(self):
+        if self._pending and self.averager is not None and self.averager.variables:
+            self.averager.average()
+        self._pending = False
+
+    def on_test_begin(self, logs=None):
+        self._average_pending()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average_pending()

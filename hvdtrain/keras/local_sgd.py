@@ -1,0 +1,142 @@
+"""Local SGD as a Keras callback: the GPU A-SGD approximation of Paine et al. (2013).
+
+Every worker trains on its own shard without exchanging gradients; every `n_sync`
+steps the workers' state is averaged in one grouped allreduce (Paine's
+n_fetch = n_push = n_sync). Use it with any `model.fit`:
+
+    import tensorflow as tf
+    import hvdtrain.keras as hk
+
+    hk.init()
+    model = ...                                  # any built Keras model
+    optimizer = hk.with_gradient_averaging(      # only needed for warm_start_steps > 0
+        tf.keras.optimizers.SGD(0.05, momentum=0.9), averaging=False)
+    model.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(dataset_shard, epochs=5, callbacks=[
+        hk.LocalSGD(n_sync=100, warm_start_steps=500),   # first: it syncs before evaluation
+        hk.MetricAverage(),                              # then metrics are averaged
+        # rank 0 only: checkpoints, TensorBoard, ...
+    ], verbose=1 if hk.rank() == 0 else 0)
+
+What is averaged: trainable weights always; BatchNorm moving statistics by default
+(workers' statistics drift apart like their weights do, and the consensus model
+needs both); optimizer slots only when asked (see README, "What local SGD
+averages", for the measurement behind that default).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
+from hvdtrain.keras.gradient_averaging import has_gradient_averaging
+from hvdtrain.keras.state import ModelStateAverager, OuterOptimizer, broadcast_model_state
+
+OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
+
+
+class LocalSGD(tf.keras.callbacks.Callback):
+    """Average the workers' weights every `n_sync` steps instead of every step.
+
+    Args:
+      n_sync: local steps between two averaging rounds.
+      warm_start_steps: synchronous steps (gradients averaged every step) before
+        going local: post-local SGD (Lin et al. 2018). Needs an optimizer made by
+        `with_gradient_averaging`. For Paine's one-worker warm start, load the
+        weights of a one-worker run before `fit` instead.
+      average_bn_stats: also average non-trainable float variables.
+      average_optimizer_state: also average optimizer slots.
+      outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov".
+      outer_lr, outer_momentum: alpha and beta of the outer update.
+      broadcast_initial_state: start every worker from rank 0's state.
+
+    Epoch logs gain `sync_count` (rounds so far) and `divergence` (mean L2 distance
+    of a worker's weights from the average just before each local round this epoch).
+    A round also runs before evaluation, at each epoch end and at the end of
+    training, so what is evaluated and saved is the consensus model.
+    """
+
+    def __init__(self, n_sync: int, warm_start_steps: int = 0, average_bn_stats: bool = True,
+                 average_optimizer_state: bool = False, outer_optimizer: str = "none",
+                 outer_lr: float = 1.0, outer_momentum: float = 0.0,
+                 broadcast_initial_state: bool = True, fp16_allreduce: bool = False):
+        super().__init__()
+        if isinstance(n_sync, bool) or not isinstance(n_sync, int) or n_sync <= 0:
+            raise ValueError(f"n_sync must be a positive integer, got {n_sync!r}")
+        if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
+                or warm_start_steps < 0:
+            raise ValueError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
+        if outer_optimizer not in OUTER_OPTIMIZERS:
+            raise ValueError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
+        self.n_sync = n_sync
+        self.warm_start_steps = warm_start_steps
+        self.average_bn_stats = average_bn_stats
+        self.average_optimizer_state = average_optimizer_state
+        self.outer = None if outer_optimizer == "none" else OuterOptimizer(
+            outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
+        self.broadcast_initial_state = broadcast_initial_state
+        self.fp16_allreduce = fp16_allreduce
+        self.averager: ModelStateAverager | None = None
+        self.step = 0
+        self._last_sync_step = 0
+        self._epoch_distances: list[float] = []
+
+    @property
+    def sync_count(self) -> int:
+        return self.averager.rounds if self.averager else 0
+
+    @property
+    def bytes_allreduced(self) -> int:
+        """Payload this worker allreduced in averaging rounds (gradients not included)."""
+        return self.averager.bytes_allreduced if self.averager else 0
+
+    def on_train_begin(self, logs=None):
+        optimizer = self.model.optimizer
+        if self.warm_start_steps and not has_gradient_averaging(optimizer):
+            raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
+                             "hvdtrain.keras.with_gradient_averaging")
+        if self.broadcast_initial_state:
+            broadcast_model_state(self.model)
+        if self.averager is None:
+            self.averager = ModelStateAverager(
+                self.model, trainable=True, statistics=self.average_bn_stats,
+                optimizer_state=self.average_optimizer_state, outer=self.outer,
+                fp16_allreduce=self.fp16_allreduce)
+        self.averager.reset_anchor()
+        # Counting from the optimizer's own step makes a resumed run continue the schedule.
+        self.step = self._last_sync_step = int(optimizer.iterations.numpy())
+        if has_gradient_averaging(optimizer):
+            optimizer.averaging_enabled.assign(self.step < self.warm_start_steps)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if is_warm_start_end(self.step, self.warm_start_steps):
+            self.model.optimizer.averaging_enabled.assign(False)
+            self._sync(apply_outer=False)
+        elif is_local_sync_step(self.step, self.n_sync, self.warm_start_steps):
+            self._epoch_distances.append(self._sync(apply_outer=True))
+
+    def _sync(self, apply_outer: bool) -> float:
+        self._last_sync_step = self.step
+        return self.averager.average(apply_outer=apply_outer)
+
+    def _sync_pending(self) -> None:
+        if self.averager is not None and self.step > self._last_sync_step:
+            local = self.step > self.warm_start_steps
+            distance = self._sync(apply_outer=local)
+            if local:
+                self._epoch_distances.append(distance)
+
+    def on_test_begin(self, logs=None):
+        self._sync_pending()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._sync_pending()
+        if logs is not None:
+            logs["sync_count"] = self.sync_count
+            distances = self._epoch_distances
+            logs["divergence"] = sum(distances) / len(distances) if distances else 0.0
+        self._epoch_distances = []
+
+    def on_train_end(self, logs=None):
+        self._sync_pending()

@@ -1,0 +1,138 @@
+"""Model state across workers: broadcast it from rank 0, or average it in one allreduce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from hvdtrain import comm
+from hvdtrain.averaging import outer_step, payload_bytes
+
+
+def _floating(variables):
+    return [v for v in variables if v.dtype.is_floating]
+
+
+def optimizer_slots(optimizer) -> list[tf.Variable]:
+    """The optimizer's per-weight state (momentum, Adam moments), not its step counter."""
+    return _floating(optimizer.variables)
+
+
+def variable_bytes(variables) -> int:
+    return payload_bytes((v.shape.as_list(), v.dtype.size) for v in variables)
+
+
+def build_optimizer(model: tf.keras.Model) -> None:
+    """Create the optimizer's slots now (Keras makes them lazily at the first step)."""
+    if not model.built:
+        raise ValueError("the model has no weights yet: give it an input shape (or call it "
+                         "once) before training with hvdtrain callbacks")
+    model.optimizer.build(model.trainable_variables)
+
+
+def broadcast_model_state(model: tf.keras.Model, root_rank: int = 0) -> None:
+    """Make every worker start from rank 0's weights and optimizer state."""
+    build_optimizer(model)
+    comm.broadcast_variables(list(model.variables) + list(model.optimizer.variables),
+                             root_rank=root_rank)
+
+
+def current_learning_rate(optimizer) -> tf.Tensor:
+    lr = optimizer._learning_rate  # the schedule itself, not the value cached at the last step
+    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
+        # The rate that produced the latest update.
+        return tf.cast(lr(tf.maximum(optimizer.iterations - 1, 0)), tf.float32)
+    return tf.cast(tf.convert_to_tensor(lr), tf.float32)
+
+
+@dataclass(frozen=True)
+class OuterOptimizer:
+    """Update applied to the averaged weights: SlowMo, or Nesterov as in DiLoCo."""
+
+    lr: float = 1.0
+    momentum: float = 0.0
+    nesterov: bool = False
+
+
+class ModelStateAverager:
+    """Averages chosen groups of a model's state across workers in one grouped allreduce.
+
+    Groups: trainable weights, non-trainable float variables (BatchNorm moving
+    statistics), and optimizer slots. With an `OuterOptimizer`, the averaged weights
+    go through `hvdtrain.averaging.outer_step` before every worker takes them.
+    """
+
+    def __init__(self, model: tf.keras.Model, *, trainable: bool = True,
+                 statistics: bool = True, optimizer_state: bool = False,
+                 outer: OuterOptimizer | None = None, fp16_allreduce: bool = False):
+        self.model = model
+        self.weights = list(model.trainable_variables) if trainable else []
+        self.statistics = _floating(model.non_trainable_variables) if statistics else []
+        self.slots = optimizer_slots(model.optimizer) if optimizer_state else []
+        self.outer = outer if trainable else None
+        self.fp16_allreduce = fp16_allreduce
+        self.rounds = 0
+        self.anchor = self.buffers = None
+        if self.outer is not None:
+            # x0 (the weights after the last round) and the outer momentum buffer u.
+            self.anchor = [tf.Variable(w, trainable=False) for w in self.weights]
+            self.buffers = [tf.Variable(tf.zeros_like(w), trainable=False) for w in self.weights]
+        self._average_fn = tf.function(self._average)
+
+    @property
+    def variables(self) -> list[tf.Variable]:
+        return self.weights + self.statistics + self.slots
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes one worker hands to allreduce per round."""
+        return variable_bytes(self.variables)
+
+    @property
+    def bytes_allreduced(self) -> int:
+        """Payload allreduced so far; nothing is sent with one worker."""
+        return self.rounds * self.payload_bytes if comm.size() > 1 else 0
+
+    def reset_anchor(self) -> None:
+        """Take the current (consensus) weights as x0; call after a broadcast."""
+        if self.anchor is not None:
+            for anchor, weight in zip(self.anchor, self.weights):
+                anchor.assign(weight)
+
+    def average(self, apply_outer: bool = True) -> float:
+        """One averaging round; returns the mean L2 distance of a worker's weights from the average."""
+        if not self.variables:
+            return 0.0
+        # Floor the rate: SlowMo divides by it, and a cosine schedule reaches 0.
+        inner_lr = tf.maximum(current_learning_rate(self.model.optimizer), 1e-12)
+        distance = self._average_fn(inner_lr, apply_outer and self.outer is not None)
+        self.rounds += 1
+        return float(distance)
+
+    def _average(self, inner_lr, apply_outer: bool):
+        variables = self.variables
+        means = comm.average([v.read_value() for v in variables], name="model_state",
+                             fp16=self.fp16_allreduce)
+        n = len(self.weights)
+        weight_means = means[:n]
+        squared = [tf.reduce_sum(tf.square(w.read_value() - m)) for w, m in zip(self.weights, weight_means)]
+        local_distance = tf.sqrt(tf.add_n(squared)) if squared else tf.constant(0.0)
+        (distance,) = comm.average([local_distance], name="weight_divergence")
+
+        if self.anchor is not None:
+            if apply_outer:
+                targets = []
+                for anchor, buf, mean in zip(self.anchor, self.buffers, weight_means):
+                    new_anchor, new_buf = outer_step(anchor, mean, buf, inner_lr, self.outer.lr,
+                                                     self.outer.momentum, self.outer.nesterov)
+                    buf.assign(new_buf)
+                    anchor.assign(new_anchor)
+                    targets.append(new_anchor)
+                weight_means = targets
+            else:
+                for anchor, mean in zip(self.anchor, weight_means):
+                    anchor.assign(mean)
+        for variable, value in zip(variables, list(weight_means) + means[n:]):
+            variable.assign(value)
+        return distance

@@ -1,0 +1,59 @@
+"""Learning-rate maths: the linear scaling rule and gradual warmup (Goyal et al. 2017).
+
+`learning_rate_at` is the pure definition; `hvdtrain.keras.schedule` evaluates
+the same formula in TensorFlow ops for a Keras optimizer, and the tests hold the
+two against each other.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+REFERENCE_BATCH = 256
+# Step decay multiplies the rate by 0.1 at these fractions of the post-warmup steps.
+STEP_DECAY_POINTS = (0.5, 0.75)
+
+
+def scaled_lr(base_lr: float, global_batch: int) -> float:
+    """Linear scaling rule: base_lr is the rate for a global batch of 256."""
+    return base_lr * global_batch / REFERENCE_BATCH
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    base_lr: float
+    per_worker_batch: int
+    workers: int
+    warmup_steps: int
+    total_steps: int
+    decay: str = "cosine"
+
+    @property
+    def peak_lr(self) -> float:
+        return scaled_lr(self.base_lr, self.per_worker_batch * self.workers)
+
+    @property
+    def initial_lr(self) -> float:
+        # Warmup starts from the rate one worker would use alone.
+        return scaled_lr(self.base_lr, self.per_worker_batch)
+
+
+def warmup_steps_for(warmup_epochs: float, steps_per_epoch: int) -> int:
+    return int(round(warmup_epochs * steps_per_epoch))
+
+
+def learning_rate_at(step: int, spec: ScheduleSpec) -> float:
+    """The rate used for optimizer step `step` (0-based)."""
+    peak, initial = spec.peak_lr, spec.initial_lr
+    if step < spec.warmup_steps:
+        return initial + (peak - initial) * step / spec.warmup_steps
+    decay_steps = max(spec.total_steps - spec.warmup_steps, 1)
+    progress = min(max(step - spec.warmup_steps, 0) / decay_steps, 1.0)
+    if spec.decay == "constant":
+        return peak
+    if spec.decay == "cosine":
+        return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if spec.decay == "step":
+        return peak * 0.1 ** sum(progress >= point for point in STEP_DECAY_POINTS)
+    raise ValueError(f"unknown decay {spec.decay!r}")

@@ -1,0 +1,1 @@
+"""Orchestration of one training run: what the `hvdtrain train` command does."""

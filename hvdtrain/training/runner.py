@@ -1,0 +1,176 @@
+"""One training run, in sync or local-SGD mode, on every worker of a Horovod job."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from hvdtrain import comm
+from hvdtrain.averaging import bytes_allreduced
+from hvdtrain.config import TrainConfig, parse_shape
+from hvdtrain.data import load_dataset, shard_indices, steps_per_epoch
+from hvdtrain.data.pipeline import test_dataset, train_dataset
+from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.keras.callbacks import AverageModelStatistics, BroadcastInitialState, MetricAverage
+from hvdtrain.keras.local_sgd import LocalSGD
+from hvdtrain.keras.schedule import WarmupDecaySchedule
+from hvdtrain.keras.state import variable_bytes
+from hvdtrain.models import build_model
+from hvdtrain.schedules import ScheduleSpec, warmup_steps_for
+from hvdtrain.training import run_folder
+from hvdtrain.training.callbacks import EpochCheckpoint, MetricsLog, ThroughputMeter
+from hvdtrain.training.optimizers import make_optimizer
+
+EVAL_BATCH = 500
+
+
+@dataclass
+class RunResult:
+    model: tf.keras.Model
+    summary: dict[str, Any]
+    history: dict[str, list[float]]
+    run_dir: str
+    train_shard: np.ndarray = field(repr=False)
+
+
+def _agree(check: Callable[[], str | None]) -> None:
+    """Run `check` on rank 0 and raise its complaint on every rank, so all exit together."""
+    problem = None
+    if comm.is_chief():
+        try:
+            problem = check()
+        except HvdtrainError as exc:
+            problem = str(exc)
+    problem = comm.broadcast_object(problem, name="agree")
+    if problem:
+        raise ConfigError(problem)
+
+
+def _load_initial_weights(model: tf.keras.Model, path: str) -> str | None:
+    if not os.path.isfile(path):
+        return f"--init-weights file not found: {path}"
+    try:
+        model.load_weights(path)
+    except (ValueError, OSError) as exc:
+        return f"--init-weights {path} does not fit model {model.name}: {str(exc).splitlines()[0]}"
+    return None
+
+
+def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
+    comm.init()
+    rank, workers = comm.rank(), comm.size()
+    start = time.time()
+
+    run_dir = comm.broadcast_object(
+        cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), name="run_dir")
+    cfg = replace(cfg, out=run_dir)
+    _agree(lambda: run_folder.existing_run_problem(run_dir))
+
+    data = load_dataset(cfg.dataset, cfg.data_dir, parse_shape(cfg.synthetic_shape),
+                        seed=cfg.seed).take_train(cfg.train_examples)
+    steps = steps_per_epoch(len(data.train_labels), workers, cfg.batch_size, cfg.steps_per_epoch)
+    total_steps = cfg.epochs * steps
+    if cfg.mode == "local" and cfg.warm_start_steps >= total_steps:
+        raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
+                          f"in a run of {total_steps} steps")
+    schedule = ScheduleSpec(cfg.base_lr, cfg.batch_size, workers,
+                            warmup_steps_for(cfg.warmup_epochs, steps), total_steps, cfg.lr_decay)
+
+    # The same seed everywhere gives identical initial weights even before the broadcast.
+    tf.keras.utils.set_random_seed(cfg.seed)
+    model = build_model(cfg.model, data.input_shape, data.num_classes)
+    optimizer = make_optimizer(cfg, WarmupDecaySchedule.from_spec(schedule),
+                               averaging=cfg.mode == "sync")
+    model.compile(optimizer=optimizer,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    if cfg.init_weights:
+        _agree(lambda: _load_initial_weights(model, cfg.init_weights))
+    # Dropout masks should differ between workers.
+    tf.keras.utils.set_random_seed(cfg.seed + rank)
+
+    train_ds = train_dataset(data, rank, workers, cfg.batch_size, cfg.seed)
+    test_ds, test_count = test_dataset(data, rank, workers, EVAL_BATCH)
+
+    if cfg.mode == "local":
+        state_sync = LocalSGD(
+            cfg.n_sync, cfg.warm_start_steps, average_bn_stats=cfg.average_bn_stats,
+            average_optimizer_state=cfg.average_optimizer_state,
+            outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
+            outer_momentum=cfg.outer_momentum)
+        callbacks = [state_sync]
+    else:
+        state_sync = AverageModelStatistics()
+        callbacks = [BroadcastInitialState(), state_sync]
+    throughput = ThroughputMeter(cfg.batch_size, workers)
+    callbacks += [throughput, MetricAverage()]
+    if rank == 0:
+        os.makedirs(run_dir, exist_ok=True)
+        cfg.save_yaml(os.path.join(run_dir, run_folder.CONFIG))
+        callbacks += [
+            MetricsLog(os.path.join(run_dir, run_folder.METRICS), steps, start),
+            tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
+                                           write_graph=False, profile_batch=0),
+            EpochCheckpoint(os.path.join(run_dir, run_folder.CHECKPOINTS)),
+        ]
+    if verbose is None:
+        verbose = (1 if sys.stdout.isatty() else 2) if rank == 0 else 0
+
+    history = model.fit(train_ds, epochs=cfg.epochs, steps_per_epoch=steps,
+                        validation_data=test_ds if cfg.validate else None,
+                        callbacks=callbacks, verbose=verbose)
+    train_seconds = time.time() - start
+
+    test_loss, test_accuracy = evaluate(model, test_ds, test_count)
+    # What went through allreduce: gradients on averaged steps, model state in averaging rounds.
+    gradient_steps = int(optimizer.averaged_steps.numpy())
+    averager = state_sync.averager
+    state_rounds = averager.rounds if averager is not None and workers > 1 else 0
+    communicated = bytes_allreduced(gradient_steps, variable_bytes(model.trainable_variables),
+                                    state_rounds, averager.payload_bytes if averager else 0)
+    summary = {
+        "test_accuracy": test_accuracy,
+        "test_loss": test_loss,
+        "images_per_sec": throughput.images_per_sec,
+        "wall_seconds": train_seconds,
+        "workers": workers,
+        "mode": cfg.mode,
+        "model": cfg.model,
+        "dataset": cfg.dataset,
+        "epochs": cfg.epochs,
+        "steps_per_epoch": steps,
+        "total_steps": total_steps,
+        "global_batch": cfg.batch_size * workers,
+        "peak_lr": schedule.peak_lr,
+        "parameters": int(model.count_params()),
+        "n_sync": cfg.n_sync if cfg.mode == "local" else 1,
+        "sync_count": state_sync.sync_count if cfg.mode == "local" else gradient_steps,
+        "gradient_steps_averaged": gradient_steps,
+        "bytes_allreduced": communicated,
+        "final_train_loss": float(history.history["loss"][-1]),
+        "final_train_accuracy": float(history.history["accuracy"][-1]),
+    }
+    summary["images_per_sec"] = comm.average_scalars({"v": summary["images_per_sec"]},
+                                                     name="final_throughput")["v"]
+    if rank == 0:
+        run_folder.atomic_write(os.path.join(run_dir, run_folder.FINAL_WEIGHTS), model.save_weights)
+        run_folder.write_json(os.path.join(run_dir, run_folder.SUMMARY), summary)
+        print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
+              f"{summary['images_per_sec']:.0f} images/sec on {workers} worker(s) | "
+              f"{train_seconds:.1f} s | run folder: {run_dir}", flush=True)
+    return RunResult(model, summary, dict(history.history), run_dir,
+                     shard_indices(len(data.train_labels), rank, workers))
+
+
+def evaluate(model: tf.keras.Model, test_ds: tf.data.Dataset, count: int) -> tuple[float, float]:
+    """Loss and accuracy over the whole test split: each worker its shard, summed exactly."""
+    results = model.evaluate(test_ds, return_dict=True, verbose=0)
+    totals = comm.total([tf.constant([results["loss"] * count, results["accuracy"] * count,
+                                      float(count)], tf.float64)], name="evaluation")[0].numpy()
+    return float(totals[0] / totals[2]), float(totals[1] / totals[2])

@@ -1,0 +1,49 @@
+"""Shared test helpers: small learnable IDX datasets and a horovodrun launcher."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKERS_DIR = os.path.join(HERE, "workers")
+sys.path.insert(0, HERE)
+
+from helpers import write_learnable_idx_dataset  # noqa: E402
+
+
+@pytest.fixture
+def idx_dataset_dir(tmp_path):
+    """A Fashion-MNIST-shaped folder of gzipped IDX files with an easy pattern to learn."""
+    return write_learnable_idx_dataset(str(tmp_path / "idx"), train=512, test=128)
+
+
+def horovodrun(script: str, *args: str, np_: int = 2, hosts: str = "localhost:2",
+               timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """Run tests/workers/<script> (or a command when script has no .py) under horovodrun --gloo."""
+    bin_dir = os.path.dirname(sys.executable)
+    command = [os.path.join(bin_dir, "horovodrun"), "-np", str(np_), "-H", hosts, "--gloo"]
+    if script.endswith(".py"):
+        command += [sys.executable, os.path.join(WORKERS_DIR, script)]
+    else:
+        command += [os.path.join(bin_dir, script)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=HERE,
+               PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    result = subprocess.run(command + list(args), capture_output=True, text=True,
+                            timeout=timeout, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"horovodrun failed ({result.returncode}):\n"
+                             f"{result.stdout[-5000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def load_rank_files(folder: str, stem: str, workers: int = 2) -> list[dict]:
+    out = []
+    for rank in range(workers):
+        with np.load(os.path.join(folder, f"{stem}-rank{rank}.npz"), allow_pickle=True) as data:
+            out.append({k: data[k] for k in data.files})
+    return out

@@ -1,0 +1,29 @@
+"""Data makers shared by tests and by the worker scripts that tests launch."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from hvdtrain.data.idx import write_idx
+
+
+def learnable_images(n: int, seed: int, num_classes: int = 10, size: int = 28):
+    """Noise plus a bright square whose position encodes the class."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, num_classes, size=n).astype(np.uint8)
+    images = rng.integers(0, 80, size=(n, size, size), dtype=np.uint8)
+    for i, label in enumerate(labels):
+        row, col = divmod(int(label), 4)
+        images[i, 2 + 6 * row:6 + 6 * row, 2 + 6 * col:6 + 6 * col] = 255
+    return images, labels
+
+
+def write_learnable_idx_dataset(folder: str, train: int, test: int) -> str:
+    os.makedirs(folder, exist_ok=True)
+    for prefix, n, seed in (("train", train, 1), ("t10k", test, 2)):
+        images, labels = learnable_images(n, seed)
+        write_idx(os.path.join(folder, f"{prefix}-images-idx3-ubyte.gz"), images)
+        write_idx(os.path.join(folder, f"{prefix}-labels-idx1-ubyte.gz"), labels)
+    return folder

@@ -1,0 +1,62 @@
+import math
+
+import pytest
+
+from hvdtrain.schedules import ScheduleSpec, learning_rate_at, scaled_lr, warmup_steps_for
+
+SPEC = ScheduleSpec(base_lr=0.1, per_worker_batch=64, workers=4, warmup_steps=100,
+                    total_steps=1100, decay="cosine")
+
+
+def test_linear_scaling_rule_uses_global_batch_over_256():
+    assert scaled_lr(0.1, 256) == pytest.approx(0.1)
+    assert scaled_lr(0.1, 8192) == pytest.approx(3.2)
+    assert SPEC.peak_lr == pytest.approx(0.1)        # 64 x 4 = 256
+    assert SPEC.initial_lr == pytest.approx(0.025)   # one worker's batch of 64
+
+
+def test_warmup_ramps_linearly_from_one_worker_rate_to_scaled_rate():
+    assert learning_rate_at(0, SPEC) == pytest.approx(0.025)
+    assert learning_rate_at(50, SPEC) == pytest.approx(0.0625)
+    assert learning_rate_at(99, SPEC) == pytest.approx(0.025 + 0.075 * 0.99)
+    assert learning_rate_at(100, SPEC) == pytest.approx(0.1)
+
+
+def test_cosine_decay_halves_midway_and_reaches_zero():
+    assert learning_rate_at(600, SPEC) == pytest.approx(0.05)
+    assert learning_rate_at(1100, SPEC) == pytest.approx(0.0, abs=1e-12)
+    assert learning_rate_at(5000, SPEC) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_step_decay_drops_tenfold_at_half_and_three_quarters():
+    spec = ScheduleSpec(0.1, 64, 4, 100, 1100, "step")
+    assert learning_rate_at(599, spec) == pytest.approx(0.1)
+    assert learning_rate_at(600, spec) == pytest.approx(0.01)
+    assert learning_rate_at(850, spec) == pytest.approx(0.001)
+
+
+def test_constant_decay_and_no_warmup():
+    spec = ScheduleSpec(0.2, 128, 2, 0, 10, "constant")
+    assert [learning_rate_at(s, spec) for s in (0, 5, 10)] == pytest.approx([0.2] * 3)
+
+
+def test_warmup_epochs_convert_to_steps():
+    assert warmup_steps_for(0.5, 469) == 234
+    assert warmup_steps_for(5, 100) == 500
+
+
+@pytest.mark.parametrize("decay", ["cosine", "step", "constant"])
+def test_keras_schedule_matches_pure_function(decay):
+    import tensorflow as tf
+
+    from hvdtrain.keras.schedule import WarmupDecaySchedule
+
+    spec = ScheduleSpec(0.1, 32, 8, 37, 400, decay)
+    schedule = WarmupDecaySchedule.from_spec(spec)
+    for step in (0, 1, 20, 36, 37, 38, 200, 300, 399, 400, 450):
+        assert float(schedule(tf.constant(step))) == pytest.approx(
+            learning_rate_at(step, spec), rel=1e-5, abs=1e-8), step
+    clone = tf.keras.optimizers.schedules.deserialize(
+        tf.keras.optimizers.schedules.serialize(schedule))
+    assert clone.spec == spec
+    assert math.isclose(float(clone(tf.constant(10))), learning_rate_at(10, spec), rel_tol=1e-5)
