@@ -1,0 +1,49 @@
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from hvdtrain.cli import build_parser, main
+from hvdtrain.config import TrainConfig
+
+
+def test_help_documents_every_option_with_its_default(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # no line wrapping inside hyphenated words
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(TrainConfig):
+        assert "--" + f.name.replace("_", "-") in text
+        assert " ".join(f.metadata["help"].split()) in text
+    assert "(default: 64)" in text and "(default: cosine)" in text and "--config FILE.yaml" in text
+
+
+def test_cli_options_map_onto_config_fields():
+    args = build_parser().parse_args(["train", "--batch-size", "16", "--no-validate",
+                                      "--mode", "local", "--n-sync", "5"])
+    assert (args.batch_size, args.validate, args.mode, args.n_sync) == (16, False, "local", 5)
+    assert not hasattr(args, "epochs")  # not given: left to YAML or the default
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "hvdtrain: error: --batch-size must be a positive integer, got 0"),
+    (["--mode", "local", "--n-sync", "0"], "hvdtrain: error: --n-sync must be a positive integer, got 0"),
+    (["--outer-optimizer", "slowmo"], "hvdtrain: error: --outer-optimizer needs --mode local"),
+    (["--config", "/nonexistent.yaml"], "hvdtrain: error: config file not found: /nonexistent.yaml"),
+])
+def test_bad_configuration_exits_non_zero_with_one_line(argv, message):
+    result = subprocess.run([sys.executable, "-m", "hvdtrain", "train", *argv],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.strip().startswith(message)
+
+
+def test_missing_data_exits_non_zero_naming_the_folder(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "hvdtrain", "train", "--data-dir", str(tmp_path / "gone"),
+         "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3
+    assert f"hvdtrain: error: {tmp_path}/gone: Fashion-MNIST folder not found" in result.stderr
+    assert not (tmp_path / "run").exists()

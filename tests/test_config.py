@@ -1,0 +1,75 @@
+import pytest
+import yaml
+
+from hvdtrain.config import TrainConfig, load_config
+from hvdtrain.errors import ConfigError
+
+
+def test_defaults_are_valid_and_sync():
+    cfg = load_config()
+    assert cfg == TrainConfig()
+    assert cfg.mode == "sync" and cfg.model == "lenet" and cfg.dataset == "fashion-mnist"
+
+
+def test_cli_overrides_beat_yaml_which_beats_defaults(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("epochs: 7\nbatch-size: 32\nbase_lr: 0.2\n")
+    cfg = load_config(str(path), {"batch_size": 16, "momentum": None})
+    assert (cfg.epochs, cfg.batch_size, cfg.base_lr, cfg.momentum) == (7, 16, 0.2, 0.9)
+
+
+def test_saved_config_loads_back_identically(tmp_path):
+    cfg = load_config(None, {"mode": "local", "n_sync": 25, "outer_optimizer": "slowmo",
+                             "outer_momentum": 0.5, "out": "runs/x"})
+    cfg.save_yaml(str(tmp_path / "config.yaml"))
+    assert load_config(str(tmp_path / "config.yaml")) == cfg
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"batch_size": 0}, "--batch-size must be a positive integer, got 0"),
+    ({"epochs": -1}, "--epochs must be a positive integer, got -1"),
+    ({"n_sync": 0}, "--n-sync must be a positive integer, got 0"),
+    ({"n_sync": 2.5}, "--n-sync must be a positive integer, got 2.5"),
+    ({"steps_per_epoch": 0}, "--steps-per-epoch must be a positive integer, got 0"),
+    ({"base_lr": 0.0}, "--base-lr must be positive, got 0.0"),
+    ({"momentum": 1.0}, "--momentum must be in [0, 1), got 1.0"),
+    ({"warmup_epochs": -1.0}, "--warmup-epochs must be zero or positive, got -1.0"),
+    ({"mode": "async"}, "--mode must be one of sync, local, got 'async'"),
+    ({"optimizer": "rmsprop"}, "--optimizer must be one of sgd, adam, got 'rmsprop'"),
+    ({"synthetic_shape": "32x32"}, "--synthetic-shape must look like 32x32x3, got '32x32'"),
+    ({"outer_momentum": 0.5}, "--outer-momentum needs --mode local"),
+    ({"warm_start_steps": 10}, "--warm-start-steps needs --mode local"),
+    ({"mode": "local", "outer_lr": 0.5}, "--outer-lr/--outer-momentum need --outer-optimizer"),
+    ({"nesterov": True, "momentum": 0.0}, "--nesterov needs --optimizer sgd with --momentum > 0"),
+    ({"validate": "yes"}, "--validate must be true or false, got 'yes'"),
+    ({"base_lr": "fast"}, "--base-lr must be a number, got 'fast'"),
+])
+def test_bad_values_get_one_line_naming_option_and_value(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match=f"config file not found: {missing}"):
+        load_config(str(missing))
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("epochs: 2\nbatchsize: 3\n")
+    with pytest.raises(ConfigError, match=f"config file {unknown}: unknown option 'batchsize'"):
+        load_config(str(unknown))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("epochs: [2\n")
+    with pytest.raises(ConfigError, match=f"config file {broken} is not valid YAML"):
+        load_config(str(broken))
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(str(listed))
+
+
+def test_yaml_round_trip_is_plain_yaml(tmp_path):
+    TrainConfig().save_yaml(str(tmp_path / "c.yaml"))
+    data = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    assert data["batch_size"] == 64 and data["mode"] == "sync"

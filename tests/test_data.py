@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+
+from hvdtrain.data import load_dataset, shard_indices, steps_per_epoch
+from hvdtrain.data.pipeline import test_dataset as make_test_dataset
+from hvdtrain.data.pipeline import train_dataset
+from hvdtrain.errors import ConfigError
+
+
+@pytest.mark.parametrize("n, workers", [(10, 2), (11, 3), (7, 1), (1000, 8)])
+def test_shards_are_disjoint_and_cover_the_data(n, workers):
+    shards = [shard_indices(n, r, workers) for r in range(workers)]
+    joined = np.concatenate(shards)
+    assert sorted(joined.tolist()) == list(range(n))
+    assert max(len(s) for s in shards) - min(len(s) for s in shards) <= 1
+
+
+def test_every_worker_gets_the_same_number_of_steps():
+    # 1001 examples over 2 workers: shards of 501 and 500; the smaller decides.
+    assert steps_per_epoch(1001, 2, 100) == 5
+    assert steps_per_epoch(1001, 2, 100, cap=3) == 3
+    with pytest.raises(ConfigError, match="--batch-size 600 is larger than each worker's shard"):
+        steps_per_epoch(1001, 2, 600)
+
+
+def test_train_pipeline_batches_normalised_images_of_this_shard(idx_dataset_dir):
+    data = load_dataset("fashion-mnist", idx_dataset_dir)
+    ds = train_dataset(data, rank=1, workers=2, batch_size=32, seed=0)
+    images, labels = next(iter(ds))
+    assert images.shape == (32, 28, 28, 1) and images.dtype.name == "float32"
+    assert labels.shape == (32,)
+    # Normalised with the dataset mean/std: pixel 0 and 255 map to these bounds.
+    lo, hi = (0 - 0.2860) / 0.3530, (1 - 0.2860) / 0.3530
+    assert lo - 1e-5 <= float(images.numpy().min()) and float(images.numpy().max()) <= hi + 1e-5
+    shard_labels = set(data.train_labels[shard_indices(512, 1, 2)].tolist())
+    assert set(labels.numpy().tolist()) <= shard_labels
+
+
+def test_test_pipeline_covers_the_shard_once(idx_dataset_dir):
+    data = load_dataset("fashion-mnist", idx_dataset_dir)
+    ds, count = make_test_dataset(data, rank=0, workers=2, batch_size=50)
+    labels = np.concatenate([y.numpy() for _, y in ds])
+    assert count == 64 and len(labels) == 64
+    np.testing.assert_array_equal(labels, data.test_labels[0::2])
+
+
+def test_synthetic_dataset_has_the_requested_shape():
+    data = load_dataset("synthetic", synthetic_shape=(16, 12, 3), seed=3)
+    assert data.input_shape == (16, 12, 3) and data.num_classes == 10
+    assert data.train_images.dtype == np.uint8
+
+
+def test_unknown_dataset_is_a_config_error():
+    with pytest.raises(ConfigError, match="--dataset must be one of fashion-mnist, synthetic, got 'mnist'"):
+        load_dataset("mnist")

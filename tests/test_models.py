@@ -1,0 +1,30 @@
+import numpy as np
+import pytest
+
+from hvdtrain.errors import ConfigError
+from hvdtrain.models import build_model, model_names
+
+
+@pytest.mark.parametrize("name, input_shape, params", [
+    ("lenet", (28, 28, 1), 61_706),          # LeNet-5
+    ("resnet20", (32, 32, 3), 271_098),      # He et al.: 0.27 M
+    ("resnet32", (32, 32, 3), 466_426),      # 0.46 M
+    ("resnet56", (32, 32, 3), 857_082),      # 0.85 M
+])
+def test_parameter_counts_match_the_references(name, input_shape, params):
+    assert build_model(name, input_shape, 10).count_params() == params
+
+
+@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("input_shape, classes", [((8, 8, 1), 3), ((28, 28, 1), 10), ((20, 24, 3), 7)])
+def test_models_take_any_small_input_and_output_logits(name, input_shape, classes):
+    model = build_model(name, input_shape, classes)
+    out = model(np.zeros((2, *input_shape), np.float32))
+    assert out.shape == (2, classes) and out.dtype.name == "float32"
+
+
+def test_unknown_model_and_too_small_input_are_config_errors():
+    with pytest.raises(ConfigError, match="--model must be one of .*got 'vgg'"):
+        build_model("vgg", (28, 28, 1), 10)
+    with pytest.raises(ConfigError, match="lenet needs images of at least 4x4, got 3x3"):
+        build_model("lenet", (3, 3, 1), 10)

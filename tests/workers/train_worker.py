@@ -1,0 +1,36 @@
+"""Runs several hvdtrain trainings in one Horovod job; saves each rank's view of each.
+
+usage: train_worker.py RESULTS_DIR RUNS_JSON
+RUNS_JSON is a list of {"name": ..., "config": {TrainConfig overrides}}.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from hvdtrain import comm
+from hvdtrain.config import load_config
+from hvdtrain.training.runner import train
+
+
+def main(results_dir: str, runs_json: str) -> None:
+    comm.init()
+    for run in json.loads(runs_json):
+        result = train(load_config(None, run["config"]))
+        model = result.model
+        np.savez(
+            os.path.join(results_dir, f"{run['name']}-rank{comm.rank()}.npz"),
+            trainable=np.concatenate([w.numpy().ravel() for w in model.trainable_variables]),
+            non_trainable=np.concatenate(
+                [w.numpy().ravel() for w in model.non_trainable_variables] or [np.zeros(0)]),
+            shard=result.train_shard,
+            history=json.dumps(result.history),
+            summary=json.dumps(result.summary),
+            local_size=comm.local_size(), cross_rank=comm.cross_rank(),
+        )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
