@@ -47,3 +47,25 @@ def test_missing_data_exits_non_zero_naming_the_folder(tmp_path):
     assert result.returncode == 3
     assert f"hvdtrain: error: {tmp_path}/gone: Fashion-MNIST folder not found" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_missing_init_weights_file_is_one_line(tmp_path, idx_dataset_dir):
+    result = subprocess.run(
+        [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir,
+         "--init-weights", str(tmp_path / "none.weights.h5"), "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(
+        f"hvdtrain: error: --init-weights file not found: {tmp_path}/none.weights.h5")
+
+
+def test_a_folder_that_holds_a_run_is_not_overwritten(tmp_path, idx_dataset_dir):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("epochs: 1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--out", str(run)],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert f"run folder {run} already holds a run; choose a new --out" in result.stderr
+    assert (run / "config.yaml").read_text() == "epochs: 1\n"

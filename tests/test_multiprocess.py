@@ -41,9 +41,13 @@ def trained(tmp_path_factory):
     data_dir = write_learnable_idx_dataset(str(root / "data"), train=512, test=128)
     runs = [{"name": name, "config": dict(cfg, data_dir=data_dir, out=str(root / f"run-{name}"))}
             for name, cfg in RUNS.items()]
+    # Paine's warm start: local SGD from the weights the "sync" run (earlier in this job) saved.
+    runs.append({"name": "warm_from_sync", "config": dict(
+        PLAIN_SGD, steps_per_epoch=1, base_lr=1e-9, mode="local", n_sync=5, data_dir=data_dir,
+        init_weights=str(root / "run-sync" / "model.weights.h5"), out=str(root / "run-warm"))})
     output = horovodrun("train_worker.py", str(root), json.dumps(runs), timeout=600)
     results = {}
-    for name in RUNS:
+    for name in [*RUNS, "warm_from_sync"]:
         ranks = load_rank_files(str(root), name)
         for r in ranks:
             r["summary"] = json.loads(str(r["summary"]))
@@ -153,6 +157,13 @@ def test_post_local_sgd_with_batchnorm_ends_in_consensus(trained):
     # 5 steps: synchronous for 2, then rounds at 4 (n_sync 2) and 5 (epoch end), plus the hand-over at 2.
     assert summary["sync_count"] == len(sync_points(5, 5, 2, 2)) == 3
     assert summary["gradient_steps_averaged"] == 2
+
+
+def test_init_weights_start_every_rank_from_a_saved_model(trained):
+    _, results, _ = trained
+    for rank in results["warm_from_sync"]:
+        # One step at a negligible rate: the weights are still the loaded ones.
+        np.testing.assert_allclose(rank["trainable"], results["sync"][0]["trainable"], atol=1e-6)
 
 
 # --- the Keras callback in a user's own model.fit ---
