@@ -1,4 +1,5 @@
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -69,3 +70,16 @@ def test_a_folder_that_holds_a_run_is_not_overwritten(tmp_path, idx_dataset_dir)
     assert result.returncode == 2
     assert f"run folder {run} already holds a run; choose a new --out" in result.stderr
     assert (run / "config.yaml").read_text() == "epochs: 1\n"
+
+
+def test_single_process_run_without_horovodrun(tmp_path, idx_dataset_dir):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--epochs", "2",
+         "--batch-size", "32", "--out", str(out)], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"run folder: {out}" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workers"] == 1 and summary["global_batch"] == 32
+    assert summary["bytes_allreduced"] == 0  # nothing to exchange with one worker
+    assert summary["test_accuracy"] > 0.5    # the generated pattern is easy; chance is 0.1

@@ -30,7 +30,8 @@ import tensorflow as tf
 
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
-from hvdtrain.keras.state import ModelStateAverager, OuterOptimizer, broadcast_model_state
+from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, broadcast_model_state,
+                                  build_optimizer)
 
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 
@@ -97,6 +98,8 @@ class LocalSGD(tf.keras.callbacks.Callback):
                              "hvdtrain.keras.with_gradient_averaging")
         if self.broadcast_initial_state:
             broadcast_model_state(self.model)
+        else:
+            build_optimizer(self.model)  # the slots must exist before we can average them
         if self.averager is None:
             self.averager = ModelStateAverager(
                 self.model, trainable=True, statistics=self.average_bn_stats,
