@@ -116,9 +116,11 @@ class ModelStateAverager:
                              fp16=self.fp16_allreduce)
         n = len(self.weights)
         weight_means = means[:n]
-        squared = [tf.reduce_sum(tf.square(w.read_value() - m)) for w, m in zip(self.weights, weight_means)]
-        local_distance = tf.sqrt(tf.add_n(squared)) if squared else tf.constant(0.0)
-        (distance,) = comm.average([local_distance], name="weight_divergence")
+        distance = tf.constant(0.0)
+        if self.weights:
+            squared = [tf.reduce_sum(tf.square(w.read_value() - m))
+                       for w, m in zip(self.weights, weight_means)]
+            (distance,) = comm.average([tf.sqrt(tf.add_n(squared))], name="weight_divergence")
 
         if self.anchor is not None:
             if apply_outer:

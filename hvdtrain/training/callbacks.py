@@ -58,10 +58,9 @@ class ThroughputMeter(tf.keras.callbacks.Callback):
 class MetricsLog(tf.keras.callbacks.Callback):
     """One JSON object per epoch in metrics.jsonl (rank 0 only; after MetricAverage)."""
 
-    def __init__(self, path: str, steps_per_epoch: int, start_time: float):
+    def __init__(self, path: str, start_time: float):
         super().__init__()
         self.path = path
-        self.steps_per_epoch = steps_per_epoch
         self.start_time = start_time
 
     def on_epoch_end(self, epoch, logs=None):

@@ -112,9 +112,9 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     callbacks += [throughput, MetricAverage()]
     if rank == 0:
         os.makedirs(run_dir, exist_ok=True)
-        cfg.save_yaml(os.path.join(run_dir, run_folder.CONFIG))
+        run_folder.atomic_write(os.path.join(run_dir, run_folder.CONFIG), cfg.save_yaml)
         callbacks += [
-            MetricsLog(os.path.join(run_dir, run_folder.METRICS), steps, start),
+            MetricsLog(os.path.join(run_dir, run_folder.METRICS), start),
             tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
                                            write_graph=False, profile_batch=0),
             EpochCheckpoint(os.path.join(run_dir, run_folder.CHECKPOINTS)),
