@@ -23,6 +23,23 @@ def test_models_take_any_small_input_and_output_logits(name, input_shape, classe
     assert out.shape == (2, classes) and out.dtype.name == "float32"
 
 
+def test_alexnet_has_the_papers_61_million_parameters_at_224_and_227():
+    for side in (224, 227):
+        model = build_model("alexnet", (side, side, 3), 1000)
+        assert model.count_params() == 60_965_224
+        assert model.get_layer("pool5").output.shape[1:] == (6, 6, 256)
+    assert build_model("alexnet-lrn", (227, 227, 3), 1000).count_params() == 60_965_224
+
+
+def test_resnet50_v1_5_has_25_6_million_parameters_and_strides_on_the_3x3():
+    model = build_model("resnet50", (224, 224, 3), 1000)
+    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    assert trainable == 25_557_032  # torchvision's count: BatchNorm moving statistics excluded
+    assert model.get_layer("conv3_block1_2_conv").strides == (2, 2)
+    assert model.get_layer("conv3_block1_1_conv").strides == (1, 1)
+    assert model.get_layer("avg_pool").output.shape[-1] == 2048
+
+
 def test_unknown_model_and_too_small_input_are_config_errors():
     with pytest.raises(ConfigError, match="--model must be one of .*got 'vgg'"):
         build_model("vgg", (28, 28, 1), 10)

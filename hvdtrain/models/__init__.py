@@ -11,11 +11,16 @@ from typing import Callable
 import tensorflow as tf
 
 from hvdtrain.errors import ConfigError
+from hvdtrain.models.alexnet import alexnet
 from hvdtrain.models.lenet import lenet5
+from hvdtrain.models.resnet50 import resnet50
 from hvdtrain.models.resnet_cifar import cifar_resnet
 
 _REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
+    "alexnet": alexnet,
+    "alexnet-lrn": lambda input_shape, num_classes: alexnet(input_shape, num_classes, lrn=True),
     "lenet": lenet5,
+    "resnet50": resnet50,
     "resnet20": lambda input_shape, num_classes: cifar_resnet(20, input_shape, num_classes),
     "resnet32": lambda input_shape, num_classes: cifar_resnet(32, input_shape, num_classes),
     "resnet56": lambda input_shape, num_classes: cifar_resnet(56, input_shape, num_classes),
