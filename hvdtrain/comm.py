@@ -20,6 +20,10 @@ def init() -> None:
         hvd.init()
 
 
+def is_initialized() -> bool:
+    return hvd.is_initialized()
+
+
 def rank() -> int:
     return hvd.rank()
 

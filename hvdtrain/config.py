@@ -30,13 +30,17 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
 class TrainConfig:
     # What to train on.
     model: str = _opt("lenet", "model name from the registry (hvdtrain.models)")
-    dataset: str = _opt("fashion-mnist", "dataset name: fashion-mnist or synthetic")
+    dataset: str = _opt(
+        "fashion-mnist", "dataset name", ("fashion-mnist", "cifar10", "imagenet", "image-folder",
+                                          "synthetic"))
     data_dir: str | None = _opt(
         None, "folder holding the dataset files (default: the dataset's standard path)")
     train_examples: int | None = _opt(
         None, "use only the first N training examples (quick runs and tests)")
     synthetic_shape: str = _opt(
         "28x28x1", "image shape HxWxC of the synthetic dataset")
+    image_size: int = _opt(
+        224, "side of the square crops fed to the model, for imagenet and image-folder")
 
     # How long.
     epochs: int = _opt(2, "number of epochs")
@@ -75,6 +79,16 @@ class TrainConfig:
     outer_lr: float = _opt(1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging")
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)")
 
+    # Speed.
+    mixed_precision: bool = _opt(
+        False, "Keras mixed_float16 policy with loss scaling (for GPUs; slow on most CPUs)")
+    xla: bool = _opt(
+        False, "XLA: one worker compiles the whole step; several use auto-clustering, since "
+               "Horovod's allreduce has no XLA kernel (on CPU also set "
+               "TF_XLA_FLAGS=--tf_xla_cpu_global_jit)")
+    fp16_allreduce: bool = _opt(
+        False, "send gradients and weights through allreduce as float16 (half the bytes)")
+
     # Output.
     out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)")
     validate: bool = _opt(True, "evaluate on the test split after every epoch")
@@ -99,6 +113,7 @@ class TrainConfig:
         _positive_int(self, "epochs")
         _positive_int(self, "batch_size")
         _positive_int(self, "n_sync")
+        _positive_int(self, "image_size")
         if self.steps_per_epoch is not None:
             _positive_int(self, "steps_per_epoch")
         if self.train_examples is not None:
@@ -111,7 +126,7 @@ class TrainConfig:
         _fraction(self, "momentum")
         _fraction(self, "outer_momentum")
         _positive_float(self, "outer_lr")
-        for name in ("optimizer", "lr_decay", "mode", "outer_optimizer"):
+        for name in ("dataset", "optimizer", "lr_decay", "mode", "outer_optimizer"):
             choices = _field(name).metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ConfigError(

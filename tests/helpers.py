@@ -27,3 +27,29 @@ def write_learnable_idx_dataset(folder: str, train: int, test: int) -> str:
         write_idx(os.path.join(folder, f"{prefix}-images-idx3-ubyte.gz"), images)
         write_idx(os.path.join(folder, f"{prefix}-labels-idx1-ubyte.gz"), labels)
     return folder
+
+
+def write_image_folder(root: str, classes: int = 3, train_per_class: int = 6,
+                       val_per_class: int = 2, seed: int = 0) -> str:
+    """root/train/<class>/*.jpg|png and root/val/<class>/*: real encoded images of varied sizes.
+
+    Each class has its own dominant colour, so a model can learn it.
+    """
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", train_per_class), ("val", val_per_class)):
+        for c in range(classes):
+            folder = os.path.join(root, split, f"class_{c:02d}")
+            os.makedirs(folder, exist_ok=True)
+            for i in range(count):
+                h, w = int(rng.integers(24, 60)), int(rng.integers(24, 60))
+                image = rng.integers(0, 60, size=(h, w, 3)).astype(np.uint8)
+                image[..., c % 3] += 150
+                if i % 3 == 2:
+                    data, ext = tf.io.encode_png(image).numpy(), "png"
+                else:
+                    data, ext = tf.io.encode_jpeg(image).numpy(), "jpg"
+                with open(os.path.join(folder, f"img_{i:03d}.{ext}"), "wb") as fh:
+                    fh.write(data)
+    return root

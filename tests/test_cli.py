@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -83,3 +84,48 @@ def test_single_process_run_without_horovodrun(tmp_path, idx_dataset_dir):
     assert summary["workers"] == 1 and summary["global_batch"] == 32
     assert summary["bytes_allreduced"] == 0  # nothing to exchange with one worker
     assert summary["test_accuracy"] > 0.5    # the generated pattern is easy; chance is 0.1
+
+
+def _run(*argv, timeout=180):
+    return subprocess.run([sys.executable, "-m", "hvdtrain", *argv], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_data_to_tfrecords_then_train_on_them(tmp_path):
+    from helpers import write_image_folder
+
+    folder = write_image_folder(str(tmp_path / "imgs"), classes=2, train_per_class=4, val_per_class=2)
+    result = _run("data", "to-tfrecords", folder, str(tmp_path / "rec"), "--train-shards", "3")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "wrote 8 training and 4 validation images of 2 classes" in result.stdout
+    assert len([f for f in os.listdir(tmp_path / "rec") if f.startswith("train-")]) == 3
+    result = _run("train", "--dataset", "imagenet", "--data-dir", str(tmp_path / "rec"),
+                  "--model", "alexnet", "--image-size", "32", "--batch-size", "4", "--epochs", "1",
+                  "--out", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps_per_epoch"] == 2 and summary["parameters"] > 20_000_000
+
+
+def test_data_bench_reports_pipeline_throughput_as_json(idx_dataset_dir):
+    result = _run("data", "bench", "--data-dir", idx_dataset_dir, "--batch-size", "16",
+                  "--batches", "20")
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["images_per_sec"] > 0 and report["ci95"] >= 0 and report["batches"] == 20
+
+
+def test_data_tools_reject_bad_arguments(tmp_path):
+    result = _run("data", "to-tfrecords", str(tmp_path / "none"), str(tmp_path / "out"))
+    assert result.returncode == 3 and f"{tmp_path}/none: image folder not found" in result.stderr
+    result = _run("data", "bench", "--batches", "0")
+    assert result.returncode == 2 and "--batches and --workers must be positive" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--mixed-precision", "--xla"])
+def test_speed_options_train_in_one_process(tmp_path, idx_dataset_dir, flag):
+    result = _run("train", "--data-dir", idx_dataset_dir, "--epochs", "1", "--steps-per-epoch", "4",
+                  "--batch-size", "16", flag, "--out", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["total_steps"] == 4 and summary["test_loss"] == summary["test_loss"]  # finite

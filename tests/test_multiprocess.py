@@ -213,3 +213,49 @@ def test_cli_two_workers_learn_fashion_mnist_subset(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"] == 2
     assert summary["test_accuracy"] > 0.6  # chance is 0.1
+
+
+# --- ImageNet-scale models on ImageNet-format data (small images) ---
+
+@pytest.fixture(scope="module")
+def imagenet_trained(tmp_path_factory):
+    from hvdtrain.data.to_tfrecords import convert
+    from helpers import write_image_folder
+
+    root = tmp_path_factory.mktemp("imagenet")
+    convert(write_image_folder(str(root / "folder")), str(root / "records"), train_shards=4)
+    common = dict(dataset="imagenet", data_dir=str(root / "records"), image_size=32,
+                  batch_size=4, epochs=1, validate=False)
+    runs = [
+        {"name": "alexnet", "config": dict(common, model="alexnet", steps_per_epoch=2,
+                                           fp16_allreduce=True, out=str(root / "run-alexnet"))},
+        {"name": "resnet50", "config": dict(common, model="resnet50", steps_per_epoch=3, mode="local",
+                                            n_sync=2, out=str(root / "run-resnet50"))},
+    ]
+    horovodrun("train_worker.py", str(root), json.dumps(runs), timeout=600)
+    results = {}
+    for run in runs:
+        ranks = load_rank_files(str(root), run["name"])
+        for r in ranks:
+            r["summary"] = json.loads(str(r["summary"]))
+        results[run["name"]] = ranks
+    return results
+
+
+def test_alexnet_trains_on_two_workers_with_fp16_allreduce(imagenet_trained):
+    ranks = imagenet_trained["alexnet"]
+    _assert_same_on_both_ranks(ranks, "trainable", atol=0)
+    summary = ranks[0]["summary"]
+    assert summary["parameters"] == ranks[0]["trainable"].size
+    # float16 on the wire: 2 bytes per parameter per step.
+    assert summary["bytes_allreduced"] == 2 * 2 * summary["parameters"]
+    # Two workers, file-sharded: each trained on 2 of the 4 train files.
+    assert not set(ranks[0]["shard"].tolist()) & set(ranks[1]["shard"].tolist())
+
+
+def test_resnet50_local_sgd_on_two_workers_ends_in_consensus(imagenet_trained):
+    ranks = imagenet_trained["resnet50"]
+    _assert_same_on_both_ranks(ranks, "trainable")
+    _assert_same_on_both_ranks(ranks, "non_trainable")
+    assert ranks[0]["summary"]["sync_count"] == len(sync_points(3, 3, 2)) == 2
+    assert np.isfinite(ranks[0]["summary"]["test_loss"])

@@ -30,8 +30,8 @@ import tensorflow as tf
 
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
-from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, broadcast_model_state,
-                                  build_optimizer)
+from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
+                                  broadcast_model_state, build_optimizer)
 
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 
@@ -92,7 +92,7 @@ class LocalSGD(tf.keras.callbacks.Callback):
         return self.averager.bytes_allreduced if self.averager else 0
 
     def on_train_begin(self, logs=None):
-        optimizer = self.model.optimizer
+        optimizer = base_optimizer(self.model.optimizer)
         if self.warm_start_steps and not has_gradient_averaging(optimizer):
             raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
@@ -114,7 +114,7 @@ class LocalSGD(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         if is_warm_start_end(self.step, self.warm_start_steps):
-            self.model.optimizer.averaging_enabled.assign(False)
+            base_optimizer(self.model.optimizer).averaging_enabled.assign(False)
             self._sync(apply_outer=False)
         elif is_local_sync_step(self.step, self.n_sync, self.warm_start_steps):
             self._epoch_distances.append(self._sync(apply_outer=True))

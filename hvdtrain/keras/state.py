@@ -16,11 +16,13 @@ def _floating(variables):
 
 def optimizer_slots(optimizer) -> list[tf.Variable]:
     """The optimizer's per-weight state (momentum, Adam moments), not its step counter."""
-    return _floating(optimizer.variables)
+    return _floating(base_optimizer(optimizer).variables)
 
 
-def variable_bytes(variables) -> int:
-    return payload_bytes((v.shape.as_list(), v.dtype.size) for v in variables)
+def variable_bytes(variables, fp16: bool = False) -> int:
+    """Allreduce payload of these variables; fp16 compression halves float32 and float64 ones."""
+    return payload_bytes((v.shape.as_list(), 2 if fp16 and v.dtype.is_floating else v.dtype.size)
+                         for v in variables)
 
 
 def build_optimizer(model: tf.keras.Model) -> None:
@@ -38,7 +40,13 @@ def broadcast_model_state(model: tf.keras.Model, root_rank: int = 0) -> None:
                              root_rank=root_rank)
 
 
+def base_optimizer(optimizer):
+    """The optimizer inside a LossScaleOptimizer (mixed precision), or the optimizer itself."""
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
 def current_learning_rate(optimizer) -> tf.Tensor:
+    optimizer = base_optimizer(optimizer)
     lr = optimizer._learning_rate  # the schedule itself, not the value cached at the last step
     if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
         # The rate that produced the latest update.
@@ -87,7 +95,7 @@ class ModelStateAverager:
     @property
     def payload_bytes(self) -> int:
         """Bytes one worker hands to allreduce per round."""
-        return variable_bytes(self.variables)
+        return variable_bytes(self.variables, self.fp16_allreduce)
 
     @property
     def bytes_allreduced(self) -> int:

@@ -12,7 +12,13 @@ NO_DECAY_NAMES = ["bias", "gamma", "beta"]
 
 
 def make_optimizer(cfg: TrainConfig, learning_rate, averaging: bool):
-    """SGD or Adam that averages gradients across workers while `averaging` is on."""
+    """SGD or Adam that averages gradients across workers while `averaging` is on.
+
+    Returns (optimizer to compile with, the averaging optimizer inside it): with mixed
+    precision the first is a LossScaleOptimizer around the second. It calls our
+    `aggregate_gradients` before its finiteness check, so in sync mode every worker
+    sees the same averaged gradients and all skip a non-finite step together.
+    """
     kwargs = {}
     if cfg.optimizer == "sgd":
         base = tf.keras.optimizers.SGD
@@ -22,7 +28,9 @@ def make_optimizer(cfg: TrainConfig, learning_rate, averaging: bool):
     if cfg.weight_decay:
         kwargs["weight_decay"] = cfg.weight_decay
     optimizer = gradient_averaging_class(base)(learning_rate=learning_rate, averaging=averaging,
-                                               **kwargs)
+                                               fp16_allreduce=cfg.fp16_allreduce, **kwargs)
     if cfg.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY_NAMES)
-    return optimizer
+    if cfg.mixed_precision:
+        return tf.keras.mixed_precision.LossScaleOptimizer(optimizer), optimizer
+    return optimizer, optimizer

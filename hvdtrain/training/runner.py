@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -14,9 +15,8 @@ import tensorflow as tf
 from hvdtrain import comm
 from hvdtrain.averaging import bytes_allreduced
 from hvdtrain.config import TrainConfig, parse_shape
-from hvdtrain.data import load_dataset, shard_indices, steps_per_epoch
-from hvdtrain.data.pipeline import test_dataset, train_dataset
-from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.data import DataSource, load_dataset, steps_per_epoch
+from hvdtrain.errors import ConfigError, DataError, HvdtrainError
 from hvdtrain.keras.callbacks import AverageModelStatistics, BroadcastInitialState, MetricAverage
 from hvdtrain.keras.local_sgd import LocalSGD
 from hvdtrain.keras.schedule import WarmupDecaySchedule
@@ -27,7 +27,7 @@ from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import EpochCheckpoint, MetricsLog, ThroughputMeter
 from hvdtrain.training.optimizers import make_optimizer
 
-EVAL_BATCH = 500
+EVAL_BATCH = 250
 
 
 @dataclass
@@ -73,8 +73,15 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     _agree(lambda: run_folder.existing_run_problem(run_dir))
 
     data = load_dataset(cfg.dataset, cfg.data_dir, parse_shape(cfg.synthetic_shape),
-                        seed=cfg.seed).take_train(cfg.train_examples)
-    steps = steps_per_epoch(len(data.train_labels), workers, cfg.batch_size, cfg.steps_per_epoch)
+                        seed=cfg.seed, image_size=cfg.image_size)
+    if cfg.train_examples is not None:
+        if not hasattr(data, "take_train"):
+            raise ConfigError(f"--train-examples works with in-memory datasets, not {cfg.dataset}")
+        data.take_train(cfg.train_examples)
+    if cfg.steps_per_epoch and not data.size_is_cheap:
+        steps = cfg.steps_per_epoch  # counting every record of a large dataset can wait
+    else:
+        steps = steps_per_epoch(data.num_train, workers, cfg.batch_size, cfg.steps_per_epoch)
     total_steps = cfg.epochs * steps
     if cfg.mode == "local" and cfg.warm_start_steps >= total_steps:
         raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
@@ -82,28 +89,36 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     schedule = ScheduleSpec(cfg.base_lr, cfg.batch_size, workers,
                             warmup_steps_for(cfg.warmup_epochs, steps), total_steps, cfg.lr_decay)
 
+    # Horovod 0.28.1's allreduce has no XLA kernel, so with several workers the step cannot
+    # be compiled whole; auto-clustering compiles the model's ops and leaves Horovod's out.
+    jit_whole_step = cfg.xla and workers == 1
+    if cfg.xla and workers > 1:
+        tf.config.optimizer.set_jit("autoclustering")
+    # Set per run, not left over from an earlier run in the same process.
+    tf.keras.mixed_precision.set_global_policy("mixed_float16" if cfg.mixed_precision else "float32")
     # The same seed everywhere gives identical initial weights even before the broadcast.
     tf.keras.utils.set_random_seed(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes)
-    optimizer = make_optimizer(cfg, WarmupDecaySchedule.from_spec(schedule),
-                               averaging=cfg.mode == "sync")
-    model.compile(optimizer=optimizer,
+    compiled_optimizer, optimizer = make_optimizer(
+        cfg, WarmupDecaySchedule.from_spec(schedule), averaging=cfg.mode == "sync")
+    model.compile(optimizer=compiled_optimizer,
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                  jit_compile=jit_whole_step)
     if cfg.init_weights:
         _agree(lambda: _load_initial_weights(model, cfg.init_weights))
     # Dropout masks should differ between workers.
     tf.keras.utils.set_random_seed(cfg.seed + rank)
 
-    train_ds = train_dataset(data, rank, workers, cfg.batch_size, cfg.seed)
-    test_ds, test_count = test_dataset(data, rank, workers, EVAL_BATCH)
+    train_ds = data.train(rank, workers, cfg.batch_size, cfg.seed)
+    test_ds = data.test(rank, workers, EVAL_BATCH)
 
     if cfg.mode == "local":
         state_sync = LocalSGD(
             cfg.n_sync, cfg.warm_start_steps, average_bn_stats=cfg.average_bn_stats,
             average_optimizer_state=cfg.average_optimizer_state,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
-            outer_momentum=cfg.outer_momentum)
+            outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce)
         callbacks = [state_sync]
     else:
         state_sync = AverageModelStatistics()
@@ -122,17 +137,18 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     if verbose is None:
         verbose = (1 if sys.stdout.isatty() else 2) if rank == 0 else 0
 
-    history = model.fit(train_ds, epochs=cfg.epochs, steps_per_epoch=steps,
-                        validation_data=test_ds if cfg.validate else None,
-                        callbacks=callbacks, verbose=verbose)
-    train_seconds = time.time() - start
-
-    test_loss, test_accuracy = evaluate(model, test_ds, test_count)
+    with _naming_bad_input(data, rank, workers):
+        history = model.fit(train_ds, epochs=cfg.epochs, steps_per_epoch=steps,
+                            validation_data=test_ds if cfg.validate else None,
+                            callbacks=callbacks, verbose=verbose)
+        train_seconds = time.time() - start
+        test_loss, test_accuracy = evaluate(model, test_ds)
     # What went through allreduce: gradients on averaged steps, model state in averaging rounds.
     gradient_steps = int(optimizer.averaged_steps.numpy())
     averager = state_sync.averager
     state_rounds = averager.rounds if averager is not None and workers > 1 else 0
-    communicated = bytes_allreduced(gradient_steps, variable_bytes(model.trainable_variables),
+    communicated = bytes_allreduced(gradient_steps,
+                                    variable_bytes(model.trainable_variables, cfg.fp16_allreduce),
                                     state_rounds, averager.payload_bytes if averager else 0)
     summary = {
         "test_accuracy": test_accuracy,
@@ -164,13 +180,37 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
               f"{summary['images_per_sec']:.0f} images/sec on {workers} worker(s) | "
               f"{train_seconds:.1f} s | run folder: {run_dir}", flush=True)
-    return RunResult(model, summary, dict(history.history), run_dir,
-                     shard_indices(len(data.train_labels), rank, workers))
+    return RunResult(model, summary, dict(history.history), run_dir, data.shard(rank, workers))
 
 
-def evaluate(model: tf.keras.Model, test_ds: tf.data.Dataset, count: int) -> tuple[float, float]:
+@contextlib.contextmanager
+def _naming_bad_input(data: DataSource, rank: int, workers: int):
+    """Turn a decode failure deep in tf.data into one line naming the file at fault."""
+    try:
+        yield
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as exc:
+        problem = data.find_bad_input(rank, workers)
+        if problem is None:
+            raise
+        raise DataError(problem) from exc
+
+
+def evaluate(model: tf.keras.Model, test_ds: tf.data.Dataset) -> tuple[float, float]:
     """Loss and accuracy over the whole test split: each worker its shard, summed exactly."""
-    results = model.evaluate(test_ds, return_dict=True, verbose=0)
-    totals = comm.total([tf.constant([results["loss"] * count, results["accuracy"] * count,
-                                      float(count)], tf.float64)], name="evaluation")[0].numpy()
-    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+
+    @tf.function
+    def batch_totals(images, labels):
+        logits = tf.cast(model(images, training=False), tf.float32)
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
+                                                 tf.cast(labels, tf.int32)), tf.float64))
+        return tf.stack([tf.cast(loss_fn(labels, logits), tf.float64), correct,
+                         tf.cast(tf.shape(labels)[0], tf.float64)])
+
+    local = tf.zeros(3, tf.float64)
+    for images, labels in test_ds:
+        local += batch_totals(images, labels)
+    loss_sum, correct, count = comm.total([local], name="evaluation")[0].numpy()
+    if count == 0:
+        raise DataError("the test split is empty")
+    return float(loss_sum / count), float(correct / count)

@@ -1,0 +1,46 @@
+"""What the runner needs from a dataset, whatever its format."""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+import tensorflow as tf
+
+
+class DataSource(abc.ABC):
+    """A train and a test split, read by each worker from its own shard.
+
+    `train` must be repeated and batched with drop_remainder, so every worker can
+    run the same number of steps; `test` covers this worker's shard once.
+    """
+
+    name: str
+    input_shape: tuple[int, int, int]
+    num_classes: int
+
+    @property
+    @abc.abstractmethod
+    def num_train(self) -> int:
+        """Training examples in all shards together."""
+
+    @property
+    def size_is_cheap(self) -> bool:
+        """False when knowing `num_train` means reading every file."""
+        return True
+
+    @abc.abstractmethod
+    def shard(self, rank: int, workers: int) -> np.ndarray:
+        """What this worker trains on: example indices or file names."""
+
+    @abc.abstractmethod
+    def train(self, rank: int, workers: int, batch_size: int, seed: int) -> tf.data.Dataset:
+        ...
+
+    @abc.abstractmethod
+    def test(self, rank: int, workers: int, batch_size: int) -> tf.data.Dataset:
+        ...
+
+    def find_bad_input(self, rank: int, workers: int) -> str | None:
+        """After a decode failure: the file (and record) at fault in this shard, or None."""
+        return None
