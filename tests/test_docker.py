@@ -1,0 +1,142 @@
+"""The Docker images: hadolint-clean, built by launch/install.sh, versions pinned once, smoke test real.
+
+No Docker engine is needed: the Dockerfiles are linted and parsed, and the smoke
+test every image build ends with is run here on the host.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+from conftest import horovodrun
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCKERFILES = sorted(glob.glob(os.path.join(ROOT, "docker", "Dockerfile*")))
+NAMES = [os.path.basename(p) for p in DOCKERFILES]
+INSTALL_RUN = re.compile(r"\bbash launch/install\.sh /opt/venv\b")
+
+
+def instructions(path: str) -> list[dict]:
+    with open(path, "rb") as f:
+        return [i for i in DockerfileParser(fileobj=f).structure if i["instruction"] != "COMMENT"]
+
+
+def runs(path: str) -> list[str]:
+    return [i["value"] for i in instructions(path) if i["instruction"] == "RUN"]
+
+
+def build_args(path: str) -> dict[str, str]:
+    args = {}
+    for i in instructions(path):
+        if i["instruction"] == "ARG" and "=" in i["value"]:
+            key, value = i["value"].split("=", 1)
+            args[key] = value
+    return args
+
+
+def hadolint_binary() -> str:
+    found = shutil.which("hadolint") or shutil.which(
+        "hadolint", path=os.path.dirname(sys.executable))
+    if not found:
+        pytest.fail("hadolint is not installed: `make setup` installs it with the dev extras "
+                    "(pip install -e '.[dev]')")
+    return found
+
+
+def test_there_is_a_cpu_and_a_gpu_image():
+    assert NAMES == ["Dockerfile.cpu", "Dockerfile.gpu"]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=NAMES)
+def test_dockerfile_passes_hadolint(path):
+    result = subprocess.run([hadolint_binary(), "--no-color", path], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=NAMES)
+def test_images_install_through_launch_install_sh_and_nothing_else(path):
+    steps = runs(path)
+    installs = [i for i, run in enumerate(steps) if INSTALL_RUN.search(run)]
+    # Twice: TensorFlow and Horovod alone (DEPS_ONLY=1, a layer that survives code
+    # changes), then hvdtrain itself once the code is copied in.
+    assert len(installs) == 2, steps
+    assert "DEPS_ONLY=1" in steps[installs[0]] and "DEPS_ONLY" not in steps[installs[1]]
+    # The script CI runs is the one the image runs: no pip of its own.
+    assert not [run for run in steps if re.search(r"\bpip3? install\b", run)]
+    copies = [i["value"] for i in instructions(path) if i["instruction"] == "COPY"]
+    assert copies == ["launch/install.sh launch/install.sh", ". ."]
+    assert os.path.isfile(os.path.join(ROOT, "launch", "install.sh"))
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=NAMES)
+def test_images_end_with_check_build_and_a_two_worker_smoke_test(path):
+    last = runs(path)[-1]
+    assert re.search(r"horovodrun --check-build\b.*python docker/smoke_test\.py\b.*"
+                     r"horovodrun -np 2 -H localhost:2 --gloo python docker/smoke_test\.py", last)
+    assert instructions(path)[-1]["instruction"] == "CMD"
+    for script in ("docker/smoke_test.py", "docker/ssh-setup.sh"):
+        assert os.path.isfile(os.path.join(ROOT, script))
+    assert any("bash docker/ssh-setup.sh \"$SSH_PORT\"" in run for run in runs(path))
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=NAMES)
+def test_versions_are_build_args_matching_install_sh(path):
+    with open(os.path.join(ROOT, "launch", "install.sh")) as f:
+        script = f.read()
+    pinned = dict(re.findall(r"^(TF_VERSION|HOROVOD_VERSION)=\$\{\1:-([^}]+)\}$", script, re.M))
+    assert pinned == {"TF_VERSION": "2.15.1", "HOROVOD_VERSION": "0.28.1"}
+    args = build_args(path)
+    for name, version in pinned.items():
+        assert args[name] == version, name
+
+
+def test_gpu_image_builds_horovod_with_nccl_and_mpi_on_cuda_12_2_cudnn_8():
+    path = os.path.join(ROOT, "docker", "Dockerfile.gpu")
+    args = build_args(path)
+    assert re.fullmatch(r"nvidia/cuda:12\.2\.\d+-cudnn8-devel-ubuntu22\.04", args["BASE_IMAGE"])
+    assert args["EFA"] == "0" and args["EFA_INSTALLER_VERSION"] and args["AWS_OFI_NCCL_VERSION"]
+    # V100 (p3), A100 (p4d) and H100 (p5) must be among the compiled GPU generations.
+    assert {"70", "80", "90"} <= set(args["CUDA_CC_LIST"].split(","))
+    for run in runs(path):
+        if INSTALL_RUN.search(run):
+            assert "GPU=1" in run and "MPI=1" in run
+            assert 'HOROVOD_BUILD_CUDA_CC_LIST="$CUDA_CC_LIST"' in run
+    apt = " ".join(runs(path))
+    for package in ("openmpi-bin", "libopenmpi-dev", "openssh-server", "openssh-client"):
+        assert package in apt
+    efa = next(run for run in runs(path) if "efa_installer.sh" in run)
+    assert efa.startswith('if [ "$EFA" = 1 ]') and "aws-ofi-nccl" in efa
+
+
+def test_build_context_leaves_out_the_venv_and_run_folders():
+    with open(os.path.join(ROOT, ".dockerignore")) as f:
+        ignored = {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    assert {".venv", "runs", ".git"} <= ignored
+
+
+def test_install_script_refuses_a_gpu_build_without_cuda_before_doing_anything(tmp_path):
+    venv = tmp_path / "venv"
+    env = dict(os.environ, GPU="1", HOROVOD_CUDA_HOME=str(tmp_path / "no-cuda"))
+    result = subprocess.run(["bash", "launch/install.sh", str(venv)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"install: error: GPU=1 needs the CUDA toolkit: no nvcc in {tmp_path}/no-cuda/bin "
+        "(set HOROVOD_CUDA_HOME)")
+    assert not venv.exists()
+
+
+@pytest.mark.multiprocess
+def test_the_smoke_test_every_image_ends_with_passes_on_two_workers():
+    result = horovodrun("python", os.path.join(ROOT, "docker", "smoke_test.py"), timeout=180)
+    for rank in (0, 1):
+        assert f"[{rank}]<stdout>:smoke test ok: rank {rank} of 2, sum over workers 3" in result.stdout
