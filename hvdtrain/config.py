@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -89,9 +90,19 @@ class TrainConfig:
     fp16_allreduce: bool = _opt(
         False, "send gradients and weights through allreduce as float16 (half the bytes)")
 
-    # Output.
+    # Output and fault tolerance.
     out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)")
     validate: bool = _opt(True, "evaluate on the test split after every epoch")
+    checkpoint_every: str = _opt(
+        "1epoch", "checkpoint interval: N steps (500, 500steps) or N epochs (2e, 2epochs); in "
+                  "local mode a step checkpoint waits for the next averaging round")
+    keep_checkpoints: int = _opt(3, "how many of the newest checkpoints to keep")
+    resume: str = _opt(
+        "auto", "auto: continue from the newest sound checkpoint in the run folder if there is "
+                "one; never: refuse a folder that holds a run; or a checkpoint folder to start from")
+    step_timeout: float = _opt(
+        600.0, "seconds without a finished step before a worker ends the job, naming the step "
+               "(a dead or hung peer would otherwise stall it forever); 0 turns this off")
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -114,6 +125,9 @@ class TrainConfig:
         _positive_int(self, "batch_size")
         _positive_int(self, "n_sync")
         _positive_int(self, "image_size")
+        _positive_int(self, "keep_checkpoints")
+        _non_negative_float(self, "step_timeout")
+        parse_interval(self.checkpoint_every)
         if self.steps_per_epoch is not None:
             _positive_int(self, "steps_per_epoch")
         if self.train_examples is not None:
@@ -161,6 +175,16 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     if len(dims) != 3 or min(dims) <= 0:
         raise ConfigError(f"--synthetic-shape must look like 32x32x3, got {text!r}")
     return dims  # type: ignore[return-value]
+
+
+def parse_interval(text: str) -> tuple[str, int]:
+    """'500' or '500steps' -> ('steps', 500); '2e' or '2epochs' -> ('epochs', 2)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(steps?|s|epochs?|e|ep)?\s*", str(text).lower())
+    if not match or int(match.group(1)) <= 0:
+        raise ConfigError("--checkpoint-every must be a positive number of steps (500, 500steps) "
+                          f"or epochs (2e, 2epochs), got {text!r}")
+    unit = "epochs" if (match.group(2) or "s").startswith("e") else "steps"
+    return unit, int(match.group(1))
 
 
 def load_config(yaml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:

@@ -69,7 +69,8 @@ def test_a_folder_that_holds_a_run_is_not_overwritten(tmp_path, idx_dataset_dir)
         [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--out", str(run)],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert f"run folder {run} already holds a run; choose a new --out" in result.stderr
+    assert (f"cannot resume {run}: --epochs is 2 but the run was started with 1"
+            in result.stderr)
     assert (run / "config.yaml").read_text() == "epochs: 1\n"
 
 

@@ -93,7 +93,8 @@ def test_only_rank_0_writes_the_run_folder_and_progress(trained):
     for key in ("loss", "accuracy", "lr", "images_per_sec", "wall_seconds", "val_accuracy"):
         assert all(np.isfinite(r[key]) for r in records), key
     assert len(glob.glob(str(run / "tensorboard" / "train" / "events.*"))) == 1
-    assert sorted(os.listdir(run / "checkpoints")) == ["epoch-0001.weights.h5", "epoch-0002.weights.h5"]
+    # One checkpoint per epoch (the default), each whole: no temporary folders left.
+    assert sorted(os.listdir(run / "checkpoints")) == ["step-000000008", "step-000000016"]
     assert not glob.glob(str(run / "**" / ".tmp-*"), recursive=True)
     assert yaml.safe_load((run / "config.yaml").read_text())["out"] == str(run)
     assert "[0]<stdout>:Epoch 1/2" in output.stdout and "[1]<stdout>:Epoch" not in output.stdout

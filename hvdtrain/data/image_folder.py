@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain.data import images
-from hvdtrain.data.pipeline import AUTOTUNE, finish_test, finish_train
+from hvdtrain.data.pipeline import AUTOTUNE, finish_test, finish_train, shuffled_indices
 from hvdtrain.data.source import DataSource
 from hvdtrain.errors import DataError
 
@@ -72,13 +72,16 @@ class ImageFolder(DataSource):
         return tf.data.Dataset.from_tensor_slices(
             (np.array(paths[rank::workers]), np.array(labels[rank::workers], np.int32)))
 
-    def train(self, rank: int, workers: int, batch_size: int, seed: int) -> tf.data.Dataset:
+    def train(self, rank: int, workers: int, batch_size: int, seed: int,
+              start_step: int = 0) -> tf.data.Dataset:
         size = self.image_size
-        ds = (self._files(self.train_paths, self.train_labels, rank, workers)
-              .shuffle(len(self.train_paths) // workers + 1, seed=seed + rank,
-                       reshuffle_each_iteration=True)
-              .map(lambda p, y: (images.train_crop(tf.io.read_file(p), size), y),
-                   num_parallel_calls=AUTOTUNE))
+        paths = tf.constant(self.train_paths[rank::workers])
+        labels = tf.constant(self.train_labels[rank::workers], tf.int32)
+        # One file per image: shuffling indices gives an exact, resumable order.
+        ds = (shuffled_indices(len(self.train_paths[rank::workers]), seed + rank,
+                               start_step * batch_size)
+              .map(lambda i: (images.train_crop(tf.io.read_file(tf.gather(paths, i)), size),
+                              tf.gather(labels, i)), num_parallel_calls=AUTOTUNE))
         return finish_train(ds, batch_size, images.IMAGENET_MEAN, images.IMAGENET_STD)
 
     def test(self, rank: int, workers: int, batch_size: int) -> tf.data.Dataset:

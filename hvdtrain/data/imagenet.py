@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.data import images
-from hvdtrain.data.pipeline import AUTOTUNE, finish_test, finish_train
+from hvdtrain.data.pipeline import AUTOTUNE, finish_test, finish_train, shuffled_indices
 from hvdtrain.data.source import DataSource
 from hvdtrain.errors import DataError
 
@@ -79,19 +79,29 @@ class TFRecordImages(DataSource):
     def shard(self, rank: int, workers: int) -> np.ndarray:
         return np.array(shard_files(self.train_files, rank, workers) or self.train_files)
 
-    def _records(self, files: list[str], rank: int, workers: int, seed: int | None):
+    def _records(self, files: list[str], rank: int, workers: int, seed: int | None,
+                 start_epoch: int = 0):
         mine = shard_files(files, rank, workers)
         if mine is None:
-            return tf.data.TFRecordDataset(files).shard(workers, rank)
-        names = tf.data.Dataset.from_tensor_slices(mine)
-        if seed is not None:
-            names = names.shuffle(len(mine), seed=seed + rank, reshuffle_each_iteration=True)
-        return names.interleave(tf.data.TFRecordDataset, cycle_length=min(len(mine), 8),
-                                num_parallel_calls=AUTOTUNE, deterministic=seed is None)
+            records = tf.data.TFRecordDataset(files).shard(workers, rank)
+            return records if seed is None else records.repeat()
+        if seed is None:
+            return tf.data.TFRecordDataset(mine)
+        # Each epoch reads the files in an order fixed by (seed, epoch), so a resumed run
+        # picks up the file order of the epoch it stopped in.
+        names = tf.constant(mine)
+        order = shuffled_indices(len(mine), seed + rank, start_epoch * len(mine))
+        return order.interleave(lambda i: tf.data.TFRecordDataset(tf.gather(names, i)),
+                                cycle_length=min(len(mine), 8), num_parallel_calls=AUTOTUNE,
+                                deterministic=False)
 
-    def train(self, rank: int, workers: int, batch_size: int, seed: int) -> tf.data.Dataset:
+    def train(self, rank: int, workers: int, batch_size: int, seed: int,
+              start_step: int = 0) -> tf.data.Dataset:
         size = self.image_size
-        ds = (self._records(self.train_files, rank, workers, seed)
+        start_epoch = 0
+        if start_step and self._num_train:
+            start_epoch = start_step * batch_size * workers // self._num_train
+        ds = (self._records(self.train_files, rank, workers, seed, start_epoch)
               .shuffle(SHUFFLE_BUFFER, seed=seed + rank, reshuffle_each_iteration=True)
               .map(lambda r: _decoded(r, lambda e: images.train_crop(e, size)),
                    num_parallel_calls=AUTOTUNE))

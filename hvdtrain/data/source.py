@@ -13,6 +13,9 @@ class DataSource(abc.ABC):
 
     `train` must be repeated and batched with drop_remainder, so every worker can
     run the same number of steps; `test` covers this worker's shard once.
+    `train(..., start_step=s)` continues the stream a run that stopped after s steps
+    would have read: exactly for in-memory data, from the same epoch's file order for
+    file-based data.
     """
 
     name: str
@@ -34,7 +37,8 @@ class DataSource(abc.ABC):
         """What this worker trains on: example indices or file names."""
 
     @abc.abstractmethod
-    def train(self, rank: int, workers: int, batch_size: int, seed: int) -> tf.data.Dataset:
+    def train(self, rank: int, workers: int, batch_size: int, seed: int,
+              start_step: int = 0) -> tf.data.Dataset:
         ...
 
     @abc.abstractmethod

@@ -54,9 +54,13 @@ class AverageModelStatistics(tf.keras.callbacks.Callback):
         self.averager: ModelStateAverager | None = None
         self._pending = False
 
-    def on_train_begin(self, logs=None):
+    def attach(self, model: tf.keras.Model) -> ModelStateAverager:
         if self.averager is None:
-            self.averager = ModelStateAverager(self.model, trainable=False, statistics=True)
+            self.averager = ModelStateAverager(model, trainable=False, statistics=True)
+        return self.averager
+
+    def on_train_begin(self, logs=None):
+        self.attach(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
         self._pending = True

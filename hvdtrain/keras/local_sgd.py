@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from hvdtrain import comm
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
@@ -82,6 +83,10 @@ class LocalSGD(tf.keras.callbacks.Callback):
         self._last_sync_step = 0
         self._epoch_distances: list[float] = []
 
+    def in_sync(self) -> bool:
+        """True right after an averaging round: every worker holds the same state."""
+        return self.averager is not None and self.step == self._last_sync_step
+
     @property
     def sync_count(self) -> int:
         return self.averager.rounds if self.averager else 0
@@ -91,21 +96,27 @@ class LocalSGD(tf.keras.callbacks.Callback):
         """Payload this worker allreduced in averaging rounds (gradients not included)."""
         return self.averager.bytes_allreduced if self.averager else 0
 
+    def attach(self, model: tf.keras.Model) -> ModelStateAverager:
+        """Create the averaging state now (it is created at train begin otherwise), e.g. to
+        restore its outer-optimizer buffers from a checkpoint before `fit`."""
+        if self.averager is None:
+            build_optimizer(model)  # the slots must exist before we can average them
+            self.averager = ModelStateAverager(
+                model, trainable=True, statistics=self.average_bn_stats,
+                optimizer_state=self.average_optimizer_state, outer=self.outer,
+                fp16_allreduce=self.fp16_allreduce)
+        return self.averager
+
     def on_train_begin(self, logs=None):
         optimizer = base_optimizer(self.model.optimizer)
         if self.warm_start_steps and not has_gradient_averaging(optimizer):
             raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
+        averager = self.attach(self.model)
         if self.broadcast_initial_state:
             broadcast_model_state(self.model)
-        else:
-            build_optimizer(self.model)  # the slots must exist before we can average them
-        if self.averager is None:
-            self.averager = ModelStateAverager(
-                self.model, trainable=True, statistics=self.average_bn_stats,
-                optimizer_state=self.average_optimizer_state, outer=self.outer,
-                fp16_allreduce=self.fp16_allreduce)
-        self.averager.reset_anchor()
+            comm.broadcast_variables(averager.buffers or [])
+        averager.reset_anchor()
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
         self.step = self._last_sync_step = int(optimizer.iterations.numpy())
         if has_gradient_averaging(optimizer):

@@ -1,15 +1,26 @@
-"""Callbacks of the `hvdtrain train` command: throughput, metrics log, checkpoints."""
+"""Callbacks of the `hvdtrain train` command: throughput, metrics log, checkpoints, guards."""
 
 from __future__ import annotations
 
-import glob
+import math
 import os
+import sys
+import threading
 import time
+from typing import Callable
 
 import tensorflow as tf
 
+from hvdtrain.errors import HvdtrainError
 from hvdtrain.keras.state import current_learning_rate
 from hvdtrain.training import run_folder
+from hvdtrain.training.checkpoints import CheckpointStore, Progress
+
+
+class TrainingDiverged(HvdtrainError):
+    """The loss or the weights stopped being finite."""
+
+    exit_code = 4
 
 
 class ThroughputMeter(tf.keras.callbacks.Callback):
@@ -74,17 +85,104 @@ class MetricsLog(tf.keras.callbacks.Callback):
         run_folder.append_jsonl(self.path, record)
 
 
-class EpochCheckpoint(tf.keras.callbacks.Callback):
-    """Model weights after every epoch, written atomically; keeps the newest `keep` (rank 0 only)."""
+class Checkpointer(tf.keras.callbacks.Callback):
+    """Saves a checkpoint every N steps or epochs (rank 0 only; after the state callbacks).
 
-    def __init__(self, folder: str, keep: int = 2):
+    In local mode a step checkpoint that falls between averaging rounds waits for the
+    next round, so what is saved is always the consensus model. Weights that are not
+    finite are never saved: the last good checkpoint stays the newest.
+    """
+
+    def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, interval: tuple[str, int],
+                 progress: Callable[[], Progress], in_sync: Callable[[], bool] = lambda: True):
         super().__init__()
-        self.folder = folder
-        self.keep = keep
+        self.store = store
+        self.state = state
+        self.unit, self.every = interval
+        self.progress = progress
+        self.in_sync = in_sync
+        self._due = False
+        self.last_saved: str | None = None
+
+    def _save(self) -> None:
+        progress = self.progress()
+        if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.model.weights):
+            raise TrainingDiverged(f"weights are not finite at step {progress.step}; not saving. "
+                                   f"Last good checkpoint: {self.last_saved or 'none'}")
+        self.last_saved = self.store.save(self.state, progress)
+        self._due = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.unit != "steps":
+            return
+        step = self.progress().step
+        self._due = self._due or step % self.every == 0
+        if self._due and self.in_sync():
+            self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        os.makedirs(self.folder, exist_ok=True)
-        path = os.path.join(self.folder, f"epoch-{epoch + 1:04d}.weights.h5")
-        run_folder.atomic_write(path, self.model.save_weights)
-        for old in sorted(glob.glob(os.path.join(self.folder, "epoch-*.weights.h5")))[:-self.keep]:
-            os.remove(old)
+        if self.unit == "epochs" and (epoch + 1) % self.every == 0:
+            self._save()
+
+
+class FiniteLossGuard(tf.keras.callbacks.Callback):
+    """Stops training at the first step whose loss is NaN or infinite, naming the step."""
+
+    def __init__(self, last_checkpoint: Callable[[], str | None] = lambda: None):
+        super().__init__()
+        self.last_checkpoint = last_checkpoint
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            step = int(self.model.optimizer.iterations.numpy())
+            raise TrainingDiverged(
+                f"loss is {float(loss)} at step {step}; stopping. "
+                f"Last good checkpoint: {self.last_checkpoint() or 'none'}")
+
+
+class StepWatchdog(tf.keras.callbacks.Callback):
+    """Ends this worker's process when no step finishes for `timeout` seconds.
+
+    A peer that dies or hangs leaves the others blocked inside an allreduce, where no
+    Python code runs; this thread notices, prints which step stalled and exits, and
+    horovodrun then stops the whole job. Armed after the first step of each `fit`,
+    since building and compiling the step can legitimately take long.
+    """
+
+    EXIT_CODE = 5
+
+    def __init__(self, timeout: float, poll: float | None = None):
+        super().__init__()
+        self.timeout = timeout
+        self.poll = poll or min(5.0, timeout / 4)
+        self._last = None
+        self._step = 0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def _beat(self, *args, **kwargs):
+        self._last = time.monotonic()
+
+    on_train_batch_begin = on_test_batch_end = on_epoch_begin = on_epoch_end = _beat
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        self._beat()
+
+    def on_train_begin(self, logs=None):
+        self._last = None
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, name="hvdtrain-watchdog", daemon=True)
+        self._thread.start()
+
+    def on_train_end(self, logs=None):
+        self._stop.set()
+
+    def _watch(self):
+        while not self._stop.wait(self.poll):
+            if self._last is not None and time.monotonic() - self._last > self.timeout:
+                print(f"hvdtrain: error: no training step finished for {self.timeout:.0f} s after "
+                      f"step {self._step} of this fit; a peer may have died or hung. Ending the job.",
+                      file=sys.stderr, flush=True)
+                os._exit(self.EXIT_CODE)

@@ -57,6 +57,26 @@ def append_jsonl(path: str, record: dict[str, Any]) -> None:
         fh.flush()
 
 
+def truncate_metrics(path: str, last_step: int) -> None:
+    """Drop epoch records past `last_step`: a resumed run writes those epochs again."""
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as fh:
+        lines = [line for line in fh if line.strip()]
+    keep = []
+    for line in lines:
+        try:
+            if json.loads(line).get("step", 0) <= last_step:
+                keep.append(line)
+        except ValueError:
+            pass  # a line cut short by a crash
+    if len(keep) != len(lines):
+        def write(tmp):
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.writelines(keep)
+        atomic_write(path, write)
+
+
 def existing_run_problem(run_dir: str) -> str | None:
     """Why `run_dir` cannot take a new run, or None."""
     if os.path.exists(os.path.join(run_dir, CONFIG)):

@@ -14,17 +14,20 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import bytes_allreduced
-from hvdtrain.config import TrainConfig, parse_shape
+from hvdtrain.config import TrainConfig, load_config, parse_shape
 from hvdtrain.data import DataSource, load_dataset, steps_per_epoch
 from hvdtrain.errors import ConfigError, DataError, HvdtrainError
 from hvdtrain.keras.callbacks import AverageModelStatistics, BroadcastInitialState, MetricAverage
 from hvdtrain.keras.local_sgd import LocalSGD
 from hvdtrain.keras.schedule import WarmupDecaySchedule
-from hvdtrain.keras.state import variable_bytes
+from hvdtrain.keras.state import build_optimizer, variable_bytes
 from hvdtrain.models import build_model
 from hvdtrain.schedules import ScheduleSpec, warmup_steps_for
 from hvdtrain.training import run_folder
-from hvdtrain.training.callbacks import EpochCheckpoint, MetricsLog, ThroughputMeter
+from hvdtrain.training.callbacks import (Checkpointer, FiniteLossGuard, MetricsLog, StepWatchdog,
+                                        ThroughputMeter)
+from hvdtrain.training.checkpoints import (CheckpointStore, Progress, fit_phases, parse_interval,
+                                          restore)
 from hvdtrain.training.optimizers import make_optimizer
 
 EVAL_BATCH = 250
@@ -62,6 +65,59 @@ def _load_initial_weights(model: tf.keras.Model, path: str) -> str | None:
     return None
 
 
+# Options that may differ between a run and its resumption.
+RESUMABLE_CHANGES = {"out", "resume", "step_timeout", "validate", "keep_checkpoints", "data_dir",
+                     "checkpoint_every", "init_weights"}
+
+
+@dataclass
+class ResumePlan:
+    checkpoint: str | None = None
+    progress: Progress | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _plan_resume(cfg: TrainConfig) -> ResumePlan:
+    """Rank 0: start fresh, or continue from which checkpoint? Raises what stops the run."""
+    store = CheckpointStore(os.path.join(cfg.out, run_folder.CHECKPOINTS))
+    if cfg.resume not in ("auto", "never"):
+        progress, problem = store.verify(cfg.resume)
+        if problem:
+            raise ConfigError(f"--resume {problem}")
+        return ResumePlan(cfg.resume, progress)
+    problem = run_folder.existing_run_problem(cfg.out)
+    if problem is None:
+        return ResumePlan()
+    if os.path.exists(os.path.join(cfg.out, run_folder.SUMMARY)):
+        raise ConfigError(f"run folder {cfg.out} holds a finished run; choose a new --out")
+    if cfg.resume == "never":
+        raise ConfigError(problem)
+    saved = load_config(os.path.join(cfg.out, run_folder.CONFIG))
+    for name in TrainConfig.field_names():
+        if name not in RESUMABLE_CHANGES and getattr(saved, name) != getattr(cfg, name):
+            raise ConfigError(
+                f"cannot resume {cfg.out}: --{name.replace('_', '-')} is {getattr(cfg, name)!r} "
+                f"but the run was started with {getattr(saved, name)!r}")
+    path, progress, problems = store.newest_sound()
+    notes = [f"skipping damaged checkpoint {p}" for p in problems]
+    if path is None and problems:
+        raise ConfigError(f"no sound checkpoint to resume in {store.folder}: {problems[0]}")
+    return ResumePlan(path, progress, notes)
+
+
+def _agree_on_plan(cfg: TrainConfig) -> ResumePlan:
+    plan, problem = None, None
+    if comm.is_chief():
+        try:
+            plan = _plan_resume(cfg)
+        except HvdtrainError as exc:
+            problem = str(exc)
+    plan, problem = comm.broadcast_object((plan, problem), name="resume_plan")
+    if problem:
+        raise ConfigError(problem)
+    return plan
+
+
 def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     comm.init()
     rank, workers = comm.rank(), comm.size()
@@ -70,7 +126,7 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     run_dir = comm.broadcast_object(
         cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), name="run_dir")
     cfg = replace(cfg, out=run_dir)
-    _agree(lambda: run_folder.existing_run_problem(run_dir))
+    plan = _agree_on_plan(cfg)
 
     data = load_dataset(cfg.dataset, cfg.data_dir, parse_shape(cfg.synthetic_shape),
                         seed=cfg.seed, image_size=cfg.image_size)
@@ -105,13 +161,6 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
                   jit_compile=jit_whole_step)
-    if cfg.init_weights:
-        _agree(lambda: _load_initial_weights(model, cfg.init_weights))
-    # Dropout masks should differ between workers.
-    tf.keras.utils.set_random_seed(cfg.seed + rank)
-
-    train_ds = data.train(rank, workers, cfg.batch_size, cfg.seed)
-    test_ds = data.test(rank, workers, EVAL_BATCH)
 
     if cfg.mode == "local":
         state_sync = LocalSGD(
@@ -123,33 +172,76 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     else:
         state_sync = AverageModelStatistics()
         callbacks = [BroadcastInitialState(), state_sync]
+    averager = state_sync.attach(model)
+    build_optimizer(model)
+    # Everything a resumed run needs; rank 0 restores it and the state callbacks broadcast it.
+    state = tf.train.Checkpoint(model=model, optimizer=compiled_optimizer,
+                                **({"outer_momentum": averager.buffers} if averager.buffers else {}))
+    start_step = 0
+    if plan.checkpoint:
+        start_step = plan.progress.step
+        averager.rounds = plan.progress.sync_count
+        if rank == 0:
+            for note in plan.notes:
+                print(f"hvdtrain: {note}", flush=True)
+            restore(state, plan.checkpoint)
+            print(f"hvdtrain: resuming from {plan.checkpoint} (step {start_step}, epoch "
+                  f"{plan.progress.epoch + 1} of {cfg.epochs})", flush=True)
+            if (plan.progress.workers, plan.progress.batch_size) != (workers, cfg.batch_size):
+                print(f"hvdtrain: the checkpoint was written by {plan.progress.workers} workers with "
+                      f"batch {plan.progress.batch_size}; continuing with {workers} and "
+                      f"{cfg.batch_size}: the learning rate follows, the data order restarts",
+                      flush=True)
+    elif cfg.init_weights:
+        _agree(lambda: _load_initial_weights(model, cfg.init_weights))
+    # Dropout masks should differ between workers.
+    tf.keras.utils.set_random_seed(cfg.seed + rank + start_step)
+
     throughput = ThroughputMeter(cfg.batch_size, workers)
-    callbacks += [throughput, MetricAverage()]
+    guard = FiniteLossGuard(last_checkpoint=lambda: plan.checkpoint)
+    callbacks += [throughput, MetricAverage(), guard]
+    store = CheckpointStore(os.path.join(run_dir, run_folder.CHECKPOINTS), cfg.keep_checkpoints)
     if rank == 0:
         os.makedirs(run_dir, exist_ok=True)
         run_folder.atomic_write(os.path.join(run_dir, run_folder.CONFIG), cfg.save_yaml)
+        run_folder.truncate_metrics(os.path.join(run_dir, run_folder.METRICS), start_step)
+        checkpointer = Checkpointer(
+            store, state, parse_interval(cfg.checkpoint_every),
+            progress=lambda: Progress(int(optimizer.iterations.numpy()), steps, workers,
+                                      cfg.batch_size, averager.rounds),
+            in_sync=state_sync.in_sync if cfg.mode == "local" else (lambda: True))
+        guard.last_checkpoint = lambda: checkpointer.last_saved or plan.checkpoint
         callbacks += [
             MetricsLog(os.path.join(run_dir, run_folder.METRICS), start),
             tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
                                            write_graph=False, profile_batch=0),
-            EpochCheckpoint(os.path.join(run_dir, run_folder.CHECKPOINTS)),
+            checkpointer,
         ]
+    if cfg.step_timeout:
+        callbacks.append(StepWatchdog(cfg.step_timeout))  # last: saves count as progress
     if verbose is None:
         verbose = (1 if sys.stdout.isatty() else 2) if rank == 0 else 0
 
+    history: dict[str, list[float]] = {}
     with _naming_bad_input(data, rank, workers):
-        history = model.fit(train_ds, epochs=cfg.epochs, steps_per_epoch=steps,
-                            validation_data=test_ds if cfg.validate else None,
-                            callbacks=callbacks, verbose=verbose)
+        for phase in fit_phases(start_step, steps, cfg.epochs):
+            fitted = model.fit(data.train(rank, workers, cfg.batch_size, cfg.seed, phase.first_step),
+                               initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
+                               steps_per_epoch=phase.steps,
+                               validation_data=data.test(rank, workers, EVAL_BATCH)
+                               if cfg.validate else None,
+                               callbacks=callbacks, verbose=verbose)
+            for key, values in fitted.history.items():
+                history.setdefault(key, []).extend(values)
         train_seconds = time.time() - start
-        test_loss, test_accuracy = evaluate(model, test_ds)
+        test_loss, test_accuracy = evaluate(model, data.test(rank, workers, EVAL_BATCH))
+
     # What went through allreduce: gradients on averaged steps, model state in averaging rounds.
     gradient_steps = int(optimizer.averaged_steps.numpy())
-    averager = state_sync.averager
-    state_rounds = averager.rounds if averager is not None and workers > 1 else 0
+    state_rounds = averager.rounds if workers > 1 else 0
     communicated = bytes_allreduced(gradient_steps,
                                     variable_bytes(model.trainable_variables, cfg.fp16_allreduce),
-                                    state_rounds, averager.payload_bytes if averager else 0)
+                                    state_rounds, averager.payload_bytes)
     summary = {
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
@@ -162,6 +254,8 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         "epochs": cfg.epochs,
         "steps_per_epoch": steps,
         "total_steps": total_steps,
+        "steps_run": int(optimizer.iterations.numpy()) - start_step,
+        "resumed_from_step": start_step,
         "global_batch": cfg.batch_size * workers,
         "peak_lr": schedule.peak_lr,
         "parameters": int(model.count_params()),
@@ -169,8 +263,8 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         "sync_count": state_sync.sync_count if cfg.mode == "local" else gradient_steps,
         "gradient_steps_averaged": gradient_steps,
         "bytes_allreduced": communicated,
-        "final_train_loss": float(history.history["loss"][-1]),
-        "final_train_accuracy": float(history.history["accuracy"][-1]),
+        "final_train_loss": float(history["loss"][-1]) if history else float("nan"),
+        "final_train_accuracy": float(history["accuracy"][-1]) if history else float("nan"),
     }
     summary["images_per_sec"] = comm.average_scalars({"v": summary["images_per_sec"]},
                                                      name="final_throughput")["v"]
@@ -180,7 +274,7 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
               f"{summary['images_per_sec']:.0f} images/sec on {workers} worker(s) | "
               f"{train_seconds:.1f} s | run folder: {run_dir}", flush=True)
-    return RunResult(model, summary, dict(history.history), run_dir, data.shard(rank, workers))
+    return RunResult(model, summary, history, run_dir, data.shard(rank, workers))
 
 
 @contextlib.contextmanager

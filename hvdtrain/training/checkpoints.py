@@ -1,0 +1,172 @@
+"""Training checkpoints: written atomically, verified on resume, the newest K kept.
+
+A checkpoint is a folder `step-000001234/` holding a TensorFlow checkpoint (model
+weights and statistics, optimizer slots and step, local-SGD outer-optimizer state)
+and `meta.json` (where training stood, and a SHA-256 of every file). It is written
+under a temporary name and renamed into place, so a crash leaves either the whole
+checkpoint or only a `.tmp-*` folder, which is ignored and removed later. On resume
+the manifest is checked; a damaged newest checkpoint is reported and the one before
+it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+
+import tensorflow as tf
+
+from hvdtrain.config import parse_interval  # noqa: F401  (re-exported for callers)
+
+STATE_PREFIX = "state"
+META = "meta.json"
+_NAME = re.compile(r"^step-(\d{9})$")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where training stood when a checkpoint was written."""
+
+    step: int               # optimizer steps completed
+    steps_per_epoch: int
+    workers: int
+    batch_size: int
+    sync_count: int = 0     # local-SGD averaging rounds so far
+
+    @property
+    def epoch(self) -> int:
+        """Epochs fully completed."""
+        return self.step // self.steps_per_epoch
+
+    @property
+    def step_in_epoch(self) -> int:
+        return self.step % self.steps_per_epoch
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointStore:
+    """The `checkpoints/` folder of a run; only rank 0 writes it."""
+
+    def __init__(self, folder: str, keep: int = 3):
+        self.folder = folder
+        self.keep = keep
+
+    def path_for(self, step: int) -> str:
+        return os.path.join(self.folder, f"step-{step:09d}")
+
+    def save(self, state: tf.train.Checkpoint, progress: Progress) -> str:
+        os.makedirs(self.folder, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=self.folder, prefix=".tmp-")
+        try:
+            state.write(os.path.join(tmp, STATE_PREFIX))
+            files = {name: _sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
+            with open(os.path.join(tmp, META), "w", encoding="utf-8") as fh:
+                json.dump({"progress": asdict(progress), "files": files}, fh, indent=2)
+                fh.flush()
+                os.fsync(fh.fileno())
+            final = self.path_for(progress.step)
+            if os.path.exists(final):  # the same step saved again (e.g. after a resume)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync_dir(self.folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._prune()
+        return final
+
+    def checkpoints(self) -> list[str]:
+        """Finished checkpoints, newest first."""
+        if not os.path.isdir(self.folder):
+            return []
+        names = sorted((n for n in os.listdir(self.folder) if _NAME.match(n)), reverse=True)
+        return [os.path.join(self.folder, n) for n in names]
+
+    def _prune(self) -> None:
+        for old in self.checkpoints()[self.keep:]:
+            shutil.rmtree(old, ignore_errors=True)
+        for name in os.listdir(self.folder):
+            if name.startswith(".tmp-"):  # left by a crash during an earlier save
+                shutil.rmtree(os.path.join(self.folder, name), ignore_errors=True)
+
+    @staticmethod
+    def verify(path: str) -> tuple[Progress | None, str | None]:
+        """(progress, None) for a sound checkpoint, (None, why not) otherwise."""
+        try:
+            with open(os.path.join(path, META), encoding="utf-8") as fh:
+                meta = json.load(fh)
+            progress = Progress(**meta["progress"])
+            files = meta["files"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return None, f"{path}: unreadable {META} ({exc.__class__.__name__})"
+        if not any(name.startswith(STATE_PREFIX + ".index") for name in files):
+            return None, f"{path}: {META} lists no checkpoint index"
+        for name, digest in files.items():
+            file = os.path.join(path, name)
+            if not os.path.isfile(file):
+                return None, f"{path}: {name} is missing"
+            if _sha256(file) != digest:
+                return None, f"{path}: {name} is damaged (checksum mismatch)"
+        return progress, None
+
+    def newest_sound(self) -> tuple[str | None, Progress | None, list[str]]:
+        """The newest checkpoint that verifies, its progress, and what was wrong with newer ones."""
+        problems = []
+        for path in self.checkpoints():
+            progress, problem = self.verify(path)
+            if problem is None:
+                return path, progress, problems
+            problems.append(problem)
+        return None, None, problems
+
+
+def restore(state: tf.train.Checkpoint, path: str) -> None:
+    """Load a checkpoint into already-built variables; every saved value must find its variable."""
+    status = state.read(os.path.join(path, STATE_PREFIX))
+    status.assert_existing_objects_matched()
+
+
+@dataclass(frozen=True)
+class FitPhase:
+    """One `model.fit` call: epochs [first_epoch, end_epoch) of `steps` steps each."""
+
+    first_epoch: int
+    end_epoch: int
+    steps: int
+    first_step: int
+
+
+def fit_phases(start_step: int, steps_per_epoch: int, epochs: int) -> list[FitPhase]:
+    """How to continue from `start_step`: the rest of an interrupted epoch, then whole epochs.
+
+    Keras gives every epoch of one `fit` the same length, so a run resumed mid-epoch
+    needs a short first call.
+    """
+    epoch, offset = divmod(start_step, steps_per_epoch)
+    phases = []
+    if offset and epoch < epochs:
+        phases.append(FitPhase(epoch, epoch + 1, steps_per_epoch - offset, start_step))
+        epoch += 1
+    if epoch < epochs:
+        phases.append(FitPhase(epoch, epochs, steps_per_epoch, epoch * steps_per_epoch))
+    return phases
