@@ -6,7 +6,7 @@
 #   HOROVODRUN_ARGS="--autotune" launch/local.sh N [...]
 #
 # runs: horovodrun -np N -H localhost:N --gloo [horovodrun options] \
-#           launch/pin-gpu.sh hvdtrain train [hvdtrain train options]
+#           hvdtrain train [hvdtrain train options]
 # e.g.  launch/local.sh 4 --fusion-threshold-mb 32 --timeline-filename tl.json -- --epochs 2
 set -euo pipefail
 
@@ -26,4 +26,4 @@ use_venv "$(dirname "$launch_dir")"
 split_args "$@"
 
 exec horovodrun -np "$workers" -H "localhost:$workers" --gloo "${HVD_ARGS[@]}" \
-    "$launch_dir/pin-gpu.sh" hvdtrain train "${TRAIN_ARGS[@]}"
+    hvdtrain train "${TRAIN_ARGS[@]}"

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Runs a command with exactly one GPU visible: the one of this worker's local rank.
 #
-#   horovodrun ... launch/pin-gpu.sh hvdtrain train ...
+#   horovodrun -np 16 -hostfile hosts.txt --gloo launch/pin-gpu.sh python my_train.py
 #
-# horovodrun starts every worker of a host with the same command, and TensorFlow
-# claims memory on every GPU it can see, so without this 8 workers on an 8-GPU host
-# would each grab all 8. If CUDA_VISIBLE_DEVICES already lists the GPUs this job may
-# use (Slurm, docker --gpus '"device=4,5"'), the worker gets its entry of that list.
-# No local rank (a plain single process): the command runs unchanged.
-# HVDTRAIN_PIN_GPU=0 turns this off, for training code that pins GPUs itself.
+# For training scripts of your own that do not choose a GPU themselves: horovodrun
+# starts every worker of a host with the same command, and TensorFlow claims memory on
+# every GPU it can see, so 8 workers on an 8-GPU host would each grab all 8. If
+# CUDA_VISIBLE_DEVICES already lists the GPUs this job may use (Slurm, docker --gpus
+# '"device=4,5"'), the worker gets its entry of that list. Without a local rank (a
+# plain single process) the command runs unchanged. Not for programs that pick their
+# GPUs by local rank themselves, as hvdtrain/devices.py does: they would see one GPU.
 set -euo pipefail
 
 local_rank=${HOROVOD_LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-}}
-if [ "${HVDTRAIN_PIN_GPU:-1}" != 0 ] && [ -n "$local_rank" ]; then
+if [ -n "$local_rank" ]; then
     if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
         IFS=, read -r -a gpus <<< "$CUDA_VISIBLE_DEVICES"
         if [ "$local_rank" -ge "${#gpus[@]}" ]; then

@@ -98,13 +98,13 @@ def test_local_sh_splits_horovodrun_flags_from_train_options(fake_horovodrun):
         "-np", "4", "-H", "localhost:4", "--gloo",
         "--autotune", "--timeline-filename", "tl.json",     # HOROVODRUN_ARGS first...
         "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5",  # ...then the command line
-        PIN_GPU, "hvdtrain", "train", "--epochs", "3", "--fp16-allreduce"]
+        "hvdtrain", "train", "--epochs", "3", "--fp16-allreduce"]
 
 
 def test_local_sh_without_separator_passes_everything_to_hvdtrain_train(fake_horovodrun):
     env, call = fake_horovodrun
     assert run([LOCAL_SH, "2", "--epochs", "1", "--model", "resnet20"], env).returncode == 0
-    assert call()["argv"] == ["-np", "2", "-H", "localhost:2", "--gloo", PIN_GPU,
+    assert call()["argv"] == ["-np", "2", "-H", "localhost:2", "--gloo",
                               "hvdtrain", "train", "--epochs", "1", "--model", "resnet20"]
 
 
@@ -140,14 +140,13 @@ def test_local_sh_trains_and_horovodrun_gets_the_tuning_flags(tmp_path):
     ({"HOROVOD_LOCAL_RANK": "3"}, "3"),
     ({"HOROVOD_LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "4,5,6,7"}, "5"),
     ({"OMPI_COMM_WORLD_LOCAL_RANK": "2"}, "2"),                          # horovodrun --mpi
-    ({"HOROVOD_LOCAL_RANK": "1", "HVDTRAIN_PIN_GPU": "0", "CUDA_VISIBLE_DEVICES": "6,7"}, "6,7"),
     ({"CUDA_VISIBLE_DEVICES": "0,1"}, "0,1"),                            # not under horovodrun
     ({}, "unset"),
 ])
 def test_pin_gpu_shows_each_worker_the_gpu_of_its_local_rank(extra_env, expected):
     env = {k: v for k, v in os.environ.items()
            if k not in ("CUDA_VISIBLE_DEVICES", "HOROVOD_LOCAL_RANK",
-                        "OMPI_COMM_WORLD_LOCAL_RANK", "HVDTRAIN_PIN_GPU")}
+                        "OMPI_COMM_WORLD_LOCAL_RANK")}
     env.update(extra_env)
     result = run([PIN_GPU, "bash", "-c", 'echo "${CUDA_VISIBLE_DEVICES-unset}"'], env)
     assert result.returncode == 0, result.stderr
@@ -195,7 +194,7 @@ def test_sbatch_builds_the_hostfile_from_the_allocation_and_passes_options(
     argv = recorded["argv"]
     assert argv[:3] == ["-np", "4", "-hostfile"]
     assert argv[4:] == ["--gloo", "--ssh-port", str(sshd_port), "--autotune",
-                        "--fusion-threshold-mb", "64", PIN_GPU, "hvdtrain", "train",
+                        "--fusion-threshold-mb", "64", "hvdtrain", "train",
                         "--epochs", "30"]
     assert recorded["hostfile"] == "localhost slots=2\n127.0.0.1 slots=2\n"
     assert not os.path.exists(argv[3])  # the temporary hostfile is cleaned up
