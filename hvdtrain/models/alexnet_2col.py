@@ -21,7 +21,7 @@ paper's GPUs, while the one-tower window also spans the boundary between the gro
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
