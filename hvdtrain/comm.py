@@ -12,6 +12,8 @@ from typing import Mapping, Sequence
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
+from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.exceptions import HorovodInternalError
 
 
 def init() -> None:
@@ -106,3 +108,61 @@ def allgather_object(obj, name: str | None = None) -> list:
 def barrier() -> None:
     if hvd.size() > 1:
         hvd.barrier()
+
+
+# --- elastic training (horovodrun --min-np/--max-np --host-discovery-script) ---
+
+
+class ElasticState(ObjectState):
+    """What survives a change of workers: these variables plus named Python values.
+
+    `commit()` keeps an in-memory copy and checks whether hosts were added; after a
+    failure every worker goes back to its last commit, then all take rank 0's.
+    """
+
+    def __init__(self, variables, **values):
+        self._variables = list(variables)
+        self._saved = None
+        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **values)
+        self._save_variables()
+
+    def _save_variables(self):
+        self._saved = [tf.identity(v) for v in self._variables]
+
+    def save(self):
+        self._save_variables()
+        super().save()
+
+    def restore(self):
+        for variable, value in zip(self._variables, self._saved):
+            variable.assign(value)
+        super().restore()
+
+    def sync(self):
+        broadcast_variables(self._variables)
+        self._save_variables()
+        super().sync()
+
+
+def elastic_run(func):
+    """Run `func(state)` again after every change of workers, as `hvd.elastic.run` does.
+
+    Horovod 0.28.1's own wrapper recognises only plain allreduce, allgather and
+    broadcast failures and silently returns None on any other error; ours treats
+    every failed Horovod op (grouped allreduce included) as a lost peer and lets all
+    other errors through.
+    """
+
+    def wrapper(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.OpError as exc:
+            if "Horovod" in (exc.message or ""):
+                raise HorovodInternalError(exc) from exc
+            raise
+
+    def reset():
+        hvd.shutdown()
+        hvd.init()
+
+    return run_fn(wrapper, reset)

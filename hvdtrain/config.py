@@ -100,6 +100,11 @@ class TrainConfig:
     resume: str = _opt(
         "auto", "auto: continue from the newest sound checkpoint in the run folder if there is "
                 "one; never: refuse a folder that holds a run; or a checkpoint folder to start from")
+    elastic: bool = _opt(
+        False, "elastic training: keep going when workers leave or join (run under horovodrun "
+               "--min-np/--max-np --host-discovery-script); needs --out")
+    elastic_commit_every: int = _opt(
+        50, "elastic: steps between in-memory commits, the point a lost worker rolls back to")
     step_timeout: float = _opt(
         600.0, "seconds without a finished step before a worker ends the job, naming the step "
                "(a dead or hung peer would otherwise stall it forever); 0 turns this off")
@@ -126,6 +131,9 @@ class TrainConfig:
         _positive_int(self, "n_sync")
         _positive_int(self, "image_size")
         _positive_int(self, "keep_checkpoints")
+        _positive_int(self, "elastic_commit_every")
+        if self.elastic and not self.out:
+            raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
         _non_negative_float(self, "step_timeout")
         parse_interval(self.checkpoint_every)
         if self.steps_per_epoch is not None:

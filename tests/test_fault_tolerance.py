@@ -246,3 +246,72 @@ def test_a_hung_worker_ends_the_job_within_the_step_timeout(tmp_path, idx_datase
             proc.kill()
     assert proc.returncode != 0
     assert "no training step finished for 6 s" in output
+
+
+# --- elastic training: workers leave and join ---
+
+def _elastic_job(tmp_path, data_dir, hosts: str, np_: int):
+    hosts_file = tmp_path / "hosts.txt"
+    hosts_file.write_text(hosts)
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
+    discover.chmod(0o755)
+    out = tmp_path / "run"
+    # localhost and 127.0.0.1 are two hosts to Horovod; --network-interfaces lo spares the
+    # NIC discovery that otherwise waits for two hosts.
+    command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "--min-np", "1", "--max-np", "2",
+               "--host-discovery-script", str(discover), "--network-interfaces", "lo", "--gloo",
+               os.path.join(BIN, "hvdtrain"), "train", "--elastic", "--out", str(out),
+               "--data-dir", data_dir, "--model", "resnet20", "--batch-size", "8",
+               "--steps-per-epoch", "30", "--epochs", "6", "--elastic-commit-every", "5",
+               "--no-validate"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=_env())
+    return proc, hosts_file, out
+
+
+def _epochs_done(out):
+    path = out / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _finish(proc, timeout=240):
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.multiprocess
+def test_elastic_job_loses_a_worker_and_finishes_with_the_other(tmp_path, idx_dataset_dir):
+    proc, hosts, out = _elastic_job(tmp_path, idx_dataset_dir, "localhost:1\n127.0.0.1:1\n", 2)
+    try:
+        assert _wait_for(lambda: len(_epochs_done(out)) >= 1, 240, proc)
+        hosts.write_text("localhost:1\n")
+        victim = [p for p in _workers_of(proc) if p.environ().get("HOROVOD_HOSTNAME") == "127.0.0.1"]
+        victim[0].send_signal(signal.SIGKILL)
+    finally:
+        output = _finish(proc)
+    assert proc.returncode == 0, output[-4000:]
+    assert "training with 1 worker(s) from step" in output
+    records = _epochs_done(out)
+    assert records[0]["workers"] == 2 and records[-1]["workers"] == 1
+    assert records[-1]["step"] == 180 and [r["epoch"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert json.loads((out / "summary.json").read_text())["workers"] == 1
+
+
+@pytest.mark.multiprocess
+def test_elastic_job_takes_in_a_worker_that_joins(tmp_path, idx_dataset_dir):
+    proc, hosts, out = _elastic_job(tmp_path, idx_dataset_dir, "localhost:1\n", 1)
+    try:
+        assert _wait_for(lambda: len(_epochs_done(out)) >= 1, 240, proc)
+        hosts.write_text("localhost:1\n127.0.0.1:1\n")
+    finally:
+        output = _finish(proc)
+    assert proc.returncode == 0, output[-4000:]
+    assert "training with 2 worker(s) from step" in output
+    records = _epochs_done(out)
+    assert records[0]["workers"] == 1 and records[-1]["workers"] == 2
+    assert records[-1]["step"] == 180
+    assert json.loads((out / "summary.json").read_text())["workers"] == 2

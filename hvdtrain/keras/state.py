@@ -102,6 +102,10 @@ class ModelStateAverager:
         """Payload allreduced so far; nothing is sent with one worker."""
         return self.rounds * self.payload_bytes if comm.size() > 1 else 0
 
+    def retrace(self) -> None:
+        """Trace the averaging step again, e.g. after the number of workers changed."""
+        self._average_fn = tf.function(self._average)
+
     def reset_anchor(self) -> None:
         """Take the current (consensus) weights as x0; call after a broadcast."""
         if self.anchor is not None:

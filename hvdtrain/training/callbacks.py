@@ -69,10 +69,11 @@ class ThroughputMeter(tf.keras.callbacks.Callback):
 class MetricsLog(tf.keras.callbacks.Callback):
     """One JSON object per epoch in metrics.jsonl (rank 0 only; after MetricAverage)."""
 
-    def __init__(self, path: str, start_time: float):
+    def __init__(self, path: str, start_time: float, workers: Callable[[], int] = lambda: 1):
         super().__init__()
         self.path = path
         self.start_time = start_time
+        self.workers = workers
 
     def on_epoch_end(self, epoch, logs=None):
         record = {k: float(v) for k, v in (logs or {}).items()}
@@ -81,6 +82,7 @@ class MetricsLog(tf.keras.callbacks.Callback):
             step=int(self.model.optimizer.iterations.numpy()),
             lr=float(current_learning_rate(self.model.optimizer).numpy()),
             wall_seconds=time.time() - self.start_time,
+            workers=self.workers(),
         )
         run_folder.append_jsonl(self.path, record)
 
@@ -123,6 +125,37 @@ class Checkpointer(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.unit == "epochs" and (epoch + 1) % self.every == 0:
             self._save()
+
+
+class ElasticCommit(tf.keras.callbacks.Callback):
+    """Commits the elastic state every N steps and at epoch ends (after the state callbacks).
+
+    A commit is where a failed worker's peers roll back to, and where workers that
+    joined are let in. In local mode it waits for an averaging round, like a checkpoint.
+    """
+
+    def __init__(self, state, every: int, in_sync: Callable[[], bool] = lambda: True,
+                 sync_count: Callable[[], int] = lambda: 0):
+        super().__init__()
+        self.state = state
+        self.every = every
+        self.in_sync = in_sync
+        self.sync_count = sync_count
+        self._due = False
+
+    def _commit(self):
+        self.state.sync_count = self.sync_count()
+        self._due = False
+        self.state.commit()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        self._due = self._due or step % self.every == 0
+        if self._due and self.in_sync():
+            self._commit()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._commit()
 
 
 class FiniteLossGuard(tf.keras.callbacks.Callback):

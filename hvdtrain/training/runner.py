@@ -24,8 +24,8 @@ from hvdtrain.keras.state import build_optimizer, variable_bytes
 from hvdtrain.models import build_model
 from hvdtrain.schedules import ScheduleSpec, warmup_steps_for
 from hvdtrain.training import run_folder
-from hvdtrain.training.callbacks import (Checkpointer, FiniteLossGuard, MetricsLog, StepWatchdog,
-                                        ThroughputMeter)
+from hvdtrain.training.callbacks import (Checkpointer, ElasticCommit, FiniteLossGuard, MetricsLog,
+                                        StepWatchdog, ThroughputMeter)
 from hvdtrain.training.checkpoints import (CheckpointStore, Progress, fit_phases, parse_interval,
                                           restore)
 from hvdtrain.training.optimizers import make_optimizer
@@ -118,15 +118,48 @@ def _agree_on_plan(cfg: TrainConfig) -> ResumePlan:
     return plan
 
 
+@dataclass
+class World:
+    """What depends on the number of workers; recomputed whenever an elastic job resizes."""
+
+    rank: int
+    workers: int
+    steps: int          # per epoch
+    schedule: ScheduleSpec
+
+    @property
+    def total_steps(self) -> int:
+        return self.schedule.total_steps
+
+
+def _world(cfg: TrainConfig, data: DataSource) -> World:
+    workers = comm.size()
+    if cfg.steps_per_epoch and not data.size_is_cheap:
+        steps = cfg.steps_per_epoch  # counting every record of a large dataset can wait
+    else:
+        steps = steps_per_epoch(data.num_train, workers, cfg.batch_size, cfg.steps_per_epoch)
+    total = cfg.epochs * steps
+    if cfg.mode == "local" and cfg.warm_start_steps >= total:
+        raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
+                          f"in a run of {total} steps")
+    return World(comm.rank(), workers, steps, ScheduleSpec(
+        cfg.base_lr, cfg.batch_size, workers, warmup_steps_for(cfg.warmup_epochs, steps), total,
+        cfg.lr_decay))
+
+
 def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     comm.init()
-    rank, workers = comm.rank(), comm.size()
     start = time.time()
-
-    run_dir = comm.broadcast_object(
-        cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), name="run_dir")
-    cfg = replace(cfg, out=run_dir)
-    plan = _agree_on_plan(cfg)
+    if cfg.elastic:
+        # A worker that joins later runs this function from the top while the others are
+        # inside the elastic loop, so nothing before that loop may be a collective call.
+        plan = _plan_resume(cfg) if comm.is_chief() else ResumePlan()
+    else:
+        run_dir = comm.broadcast_object(
+            cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), name="run_dir")
+        cfg = replace(cfg, out=run_dir)
+        plan = _agree_on_plan(cfg)
+    run_dir = cfg.out
 
     data = load_dataset(cfg.dataset, cfg.data_dir, parse_shape(cfg.synthetic_shape),
                         seed=cfg.seed, image_size=cfg.image_size)
@@ -134,21 +167,15 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         if not hasattr(data, "take_train"):
             raise ConfigError(f"--train-examples works with in-memory datasets, not {cfg.dataset}")
         data.take_train(cfg.train_examples)
-    if cfg.steps_per_epoch and not data.size_is_cheap:
-        steps = cfg.steps_per_epoch  # counting every record of a large dataset can wait
-    else:
-        steps = steps_per_epoch(data.num_train, workers, cfg.batch_size, cfg.steps_per_epoch)
-    total_steps = cfg.epochs * steps
-    if cfg.mode == "local" and cfg.warm_start_steps >= total_steps:
-        raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
-                          f"in a run of {total_steps} steps")
-    schedule = ScheduleSpec(cfg.base_lr, cfg.batch_size, workers,
-                            warmup_steps_for(cfg.warmup_epochs, steps), total_steps, cfg.lr_decay)
+    if cfg.elastic and not data.size_is_cheap and not cfg.steps_per_epoch:
+        raise ConfigError(f"--elastic with --dataset {cfg.dataset} needs --steps-per-epoch "
+                          "(counting the records would be a collective call)")
+    world = _world(cfg, data)
 
     # Horovod 0.28.1's allreduce has no XLA kernel, so with several workers the step cannot
     # be compiled whole; auto-clustering compiles the model's ops and leaves Horovod's out.
-    jit_whole_step = cfg.xla and workers == 1
-    if cfg.xla and workers > 1:
+    jit_whole_step = cfg.xla and world.workers == 1 and not cfg.elastic
+    if cfg.xla and not jit_whole_step:
         tf.config.optimizer.set_jit("autoclustering")
     # Set per run, not left over from an earlier run in the same process.
     tf.keras.mixed_precision.set_global_policy("mixed_float16" if cfg.mixed_precision else "float32")
@@ -156,7 +183,7 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     tf.keras.utils.set_random_seed(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes)
     compiled_optimizer, optimizer = make_optimizer(
-        cfg, WarmupDecaySchedule.from_spec(schedule), averaging=cfg.mode == "sync")
+        cfg, WarmupDecaySchedule.from_spec(world.schedule), averaging=cfg.mode == "sync")
     model.compile(optimizer=compiled_optimizer,
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
@@ -174,6 +201,7 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         callbacks = [BroadcastInitialState(), state_sync]
     averager = state_sync.attach(model)
     build_optimizer(model)
+    in_sync = state_sync.in_sync if cfg.mode == "local" else (lambda: True)
     # Everything a resumed run needs; rank 0 restores it and the state callbacks broadcast it.
     state = tf.train.Checkpoint(model=model, optimizer=compiled_optimizer,
                                 **({"outer_momentum": averager.buffers} if averager.buffers else {}))
@@ -181,64 +209,99 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     if plan.checkpoint:
         start_step = plan.progress.step
         averager.rounds = plan.progress.sync_count
-        if rank == 0:
+        if comm.is_chief():
             for note in plan.notes:
                 print(f"hvdtrain: {note}", flush=True)
             restore(state, plan.checkpoint)
             print(f"hvdtrain: resuming from {plan.checkpoint} (step {start_step}, epoch "
                   f"{plan.progress.epoch + 1} of {cfg.epochs})", flush=True)
-            if (plan.progress.workers, plan.progress.batch_size) != (workers, cfg.batch_size):
+            if (plan.progress.workers, plan.progress.batch_size) != (world.workers, cfg.batch_size):
                 print(f"hvdtrain: the checkpoint was written by {plan.progress.workers} workers with "
-                      f"batch {plan.progress.batch_size}; continuing with {workers} and "
+                      f"batch {plan.progress.batch_size}; continuing with {world.workers} and "
                       f"{cfg.batch_size}: the learning rate follows, the data order restarts",
                       flush=True)
+    elif cfg.init_weights and cfg.elastic:
+        problem = _load_initial_weights(model, cfg.init_weights) if comm.is_chief() else None
+        if problem:
+            raise ConfigError(problem)
     elif cfg.init_weights:
         _agree(lambda: _load_initial_weights(model, cfg.init_weights))
-    # Dropout masks should differ between workers.
-    tf.keras.utils.set_random_seed(cfg.seed + rank + start_step)
 
-    throughput = ThroughputMeter(cfg.batch_size, workers)
+    throughput = ThroughputMeter(cfg.batch_size, world.workers)
     guard = FiniteLossGuard(last_checkpoint=lambda: plan.checkpoint)
     callbacks += [throughput, MetricAverage(), guard]
     store = CheckpointStore(os.path.join(run_dir, run_folder.CHECKPOINTS), cfg.keep_checkpoints)
-    if rank == 0:
+    checkpointer = Checkpointer(
+        store, state, parse_interval(cfg.checkpoint_every),
+        progress=lambda: Progress(int(optimizer.iterations.numpy()), world.steps, world.workers,
+                                  cfg.batch_size, averager.rounds),
+        in_sync=in_sync)
+    guard.last_checkpoint = lambda: checkpointer.last_saved or plan.checkpoint
+    rank0_callbacks = [
+        MetricsLog(os.path.join(run_dir, run_folder.METRICS), start, lambda: world.workers),
+        tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
+                                       write_graph=False, profile_batch=0),
+        checkpointer,
+    ]
+    if comm.is_chief():
         os.makedirs(run_dir, exist_ok=True)
         run_folder.atomic_write(os.path.join(run_dir, run_folder.CONFIG), cfg.save_yaml)
         run_folder.truncate_metrics(os.path.join(run_dir, run_folder.METRICS), start_step)
-        checkpointer = Checkpointer(
-            store, state, parse_interval(cfg.checkpoint_every),
-            progress=lambda: Progress(int(optimizer.iterations.numpy()), steps, workers,
-                                      cfg.batch_size, averager.rounds),
-            in_sync=state_sync.in_sync if cfg.mode == "local" else (lambda: True))
-        guard.last_checkpoint = lambda: checkpointer.last_saved or plan.checkpoint
-        callbacks += [
-            MetricsLog(os.path.join(run_dir, run_folder.METRICS), start),
-            tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
-                                           write_graph=False, profile_batch=0),
-            checkpointer,
-        ]
-    if cfg.step_timeout:
-        callbacks.append(StepWatchdog(cfg.step_timeout))  # last: saves count as progress
-    if verbose is None:
-        verbose = (1 if sys.stdout.isatty() else 2) if rank == 0 else 0
-
+    watchdog = [StepWatchdog(cfg.step_timeout)] if cfg.step_timeout else []
     history: dict[str, list[float]] = {}
-    with _naming_bad_input(data, rank, workers):
-        for phase in fit_phases(start_step, steps, cfg.epochs):
-            fitted = model.fit(data.train(rank, workers, cfg.batch_size, cfg.seed, phase.first_step),
-                               initial_epoch=phase.first_epoch, epochs=phase.end_epoch,
-                               steps_per_epoch=phase.steps,
-                               validation_data=data.test(rank, workers, EVAL_BATCH)
-                               if cfg.validate else None,
-                               callbacks=callbacks, verbose=verbose)
+
+    def fit_from(first_step: int) -> None:
+        """Train from `first_step` to the end with the current workers."""
+        chief = [c for c in rank0_callbacks if comm.is_chief()]
+        verbosity = verbose if verbose is not None else (
+            (1 if sys.stdout.isatty() else 2) if comm.is_chief() else 0)
+        # Dropout masks should differ between workers and from a run's earlier part.
+        tf.keras.utils.set_random_seed(cfg.seed + world.rank + first_step)
+        for phase in fit_phases(first_step, world.steps, cfg.epochs):
+            fitted = model.fit(
+                data.train(world.rank, world.workers, cfg.batch_size, cfg.seed, phase.first_step),
+                initial_epoch=phase.first_epoch, epochs=phase.end_epoch, steps_per_epoch=phase.steps,
+                validation_data=data.test(world.rank, world.workers, EVAL_BATCH)
+                if cfg.validate else None,
+                # The watchdog goes last: checkpoint saves count as progress.
+                callbacks=callbacks + elastic_callbacks + chief + watchdog, verbose=verbosity)
             for key, values in fitted.history.items():
                 history.setdefault(key, []).extend(values)
+
+    elastic_callbacks: list = []
+    with _naming_bad_input(data, world.rank, world.workers):
+        if cfg.elastic:
+            elastic_state = comm.ElasticState(
+                list(model.variables) + list(optimizer.variables) + (averager.buffers or [])
+                + [optimizer.averaged_steps], sync_count=averager.rounds)
+            elastic_callbacks.append(ElasticCommit(elastic_state, cfg.elastic_commit_every,
+                                                   in_sync, lambda: averager.rounds))
+
+            @comm.elastic_run
+            def fit_elastically(elastic_state):
+                nonlocal world
+                world = _world(cfg, data)
+                averager.rounds = elastic_state.sync_count
+                # The step was traced for the old world: rebuild it, with the rate for the new one.
+                optimizer.learning_rate = WarmupDecaySchedule.from_spec(world.schedule)
+                model.make_train_function(force=True)
+                model.make_test_function(force=True)
+                averager.retrace()
+                throughput.workers = world.workers
+                if comm.is_chief():
+                    print(f"hvdtrain: training with {world.workers} worker(s) from step "
+                          f"{int(optimizer.iterations.numpy())}", flush=True)
+                fit_from(int(optimizer.iterations.numpy()))
+
+            fit_elastically(elastic_state)
+        else:
+            fit_from(start_step)
         train_seconds = time.time() - start
-        test_loss, test_accuracy = evaluate(model, data.test(rank, workers, EVAL_BATCH))
+        test_loss, test_accuracy = evaluate(model, data.test(world.rank, world.workers, EVAL_BATCH))
 
     # What went through allreduce: gradients on averaged steps, model state in averaging rounds.
     gradient_steps = int(optimizer.averaged_steps.numpy())
-    state_rounds = averager.rounds if workers > 1 else 0
+    state_rounds = averager.rounds if world.workers > 1 else 0
     communicated = bytes_allreduced(gradient_steps,
                                     variable_bytes(model.trainable_variables, cfg.fp16_allreduce),
                                     state_rounds, averager.payload_bytes)
@@ -247,17 +310,17 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         "test_loss": test_loss,
         "images_per_sec": throughput.images_per_sec,
         "wall_seconds": train_seconds,
-        "workers": workers,
+        "workers": world.workers,
         "mode": cfg.mode,
         "model": cfg.model,
         "dataset": cfg.dataset,
         "epochs": cfg.epochs,
-        "steps_per_epoch": steps,
-        "total_steps": total_steps,
+        "steps_per_epoch": world.steps,
+        "total_steps": world.total_steps,
         "steps_run": int(optimizer.iterations.numpy()) - start_step,
         "resumed_from_step": start_step,
-        "global_batch": cfg.batch_size * workers,
-        "peak_lr": schedule.peak_lr,
+        "global_batch": cfg.batch_size * world.workers,
+        "peak_lr": world.schedule.peak_lr,
         "parameters": int(model.count_params()),
         "n_sync": cfg.n_sync if cfg.mode == "local" else 1,
         "sync_count": state_sync.sync_count if cfg.mode == "local" else gradient_steps,
@@ -268,13 +331,13 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     }
     summary["images_per_sec"] = comm.average_scalars({"v": summary["images_per_sec"]},
                                                      name="final_throughput")["v"]
-    if rank == 0:
+    if comm.is_chief():
         run_folder.atomic_write(os.path.join(run_dir, run_folder.FINAL_WEIGHTS), model.save_weights)
         run_folder.write_json(os.path.join(run_dir, run_folder.SUMMARY), summary)
         print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
-              f"{summary['images_per_sec']:.0f} images/sec on {workers} worker(s) | "
+              f"{summary['images_per_sec']:.0f} images/sec on {world.workers} worker(s) | "
               f"{train_seconds:.1f} s | run folder: {run_dir}", flush=True)
-    return RunResult(model, summary, history, run_dir, data.shard(rank, workers))
+    return RunResult(model, summary, history, run_dir, data.shard(world.rank, world.workers))
 
 
 @contextlib.contextmanager
