@@ -80,6 +80,11 @@ class TrainConfig:
     outer_lr: float = _opt(1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging")
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)")
 
+    model_parallel: int = _opt(
+        1, "devices each worker splits its model over: 2 puts the columns of alexnet-2col on "
+           "GPUs 2*local_rank and 2*local_rank+1 (or two logical CPUs); workers stay "
+           "data-parallel")
+
     # Speed.
     mixed_precision: bool = _opt(
         False, "Keras mixed_float16 policy with loss scaling (for GPUs; slow on most CPUs)")
@@ -131,6 +136,11 @@ class TrainConfig:
         _positive_int(self, "n_sync")
         _positive_int(self, "image_size")
         _positive_int(self, "keep_checkpoints")
+        _positive_int(self, "model_parallel")
+        if self.model_parallel not in (1, 2):
+            raise ConfigError(f"--model-parallel must be 1 or 2, got {self.model_parallel}")
+        if self.model_parallel == 2 and self.model != "alexnet-2col":
+            raise ConfigError(f"--model-parallel 2 needs --model alexnet-2col, got --model {self.model}")
         _positive_int(self, "elastic_commit_every")
         if self.elastic and not self.out:
             raise ConfigError("--elastic needs --out: workers that join later must find the run folder")

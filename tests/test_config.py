@@ -43,6 +43,12 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"nesterov": True, "momentum": 0.0}, "--nesterov needs --optimizer sgd with --momentum > 0"),
     ({"validate": "yes"}, "--validate must be true or false, got 'yes'"),
     ({"base_lr": "fast"}, "--base-lr must be a number, got 'fast'"),
+    ({"model_parallel": 4}, "--model-parallel must be 1 or 2, got 4"),
+    ({"model_parallel": 2}, "--model-parallel 2 needs --model alexnet-2col, got --model lenet"),
+    ({"checkpoint_every": "soon"}, "--checkpoint-every must be a positive number of steps"),
+    ({"keep_checkpoints": 0}, "--keep-checkpoints must be a positive integer, got 0"),
+    ({"step_timeout": -1.0}, "--step-timeout must be zero or positive, got -1.0"),
+    ({"elastic": True}, "--elastic needs --out"),
 ])
 def test_bad_values_get_one_line_naming_option_and_value(overrides, message):
     with pytest.raises(ConfigError) as err:

@@ -330,3 +330,17 @@ def test_every_worker_splits_its_model_over_two_devices(hybrid):
             assert not _misplaced(rank["variables"]), mode
             assert _devices_checked(rank["variables"]) == {CPU0, CPU1}, mode
             _assert_training_step_on_column_devices(rank["step_ops"])
+
+
+
+@pytest.mark.multiprocess
+def test_cli_hybrid_two_workers_times_two_devices(tmp_path):
+    """`hvdtrain train --model alexnet-2col --model-parallel 2` under horovodrun."""
+    out = tmp_path / "run"
+    horovodrun("hvdtrain", "train", "--model", "alexnet-2col", "--model-parallel", "2",
+               "--dataset", "synthetic", "--synthetic-shape", "32x32x3", "--batch-size", "8",
+               "--epochs", "1", "--steps-per-epoch", "3", "--mode", "local", "--n-sync", "2",
+               "--no-validate", "--out", str(out), timeout=300)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workers"] == 2 and summary["model_parallel"] == 2
+    assert summary["sync_count"] == 2 and summary["parameters"] > 0

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from hvdtrain.errors import ConfigError
 from hvdtrain.models.alexnet import alexnet
+from hvdtrain.models.alexnet_2col import alexnet_2col
 from hvdtrain.models.lenet import lenet5
 from hvdtrain.models.resnet50 import resnet50
 from hvdtrain.models.resnet_cifar import cifar_resnet
@@ -19,6 +20,7 @@ from hvdtrain.models.resnet_cifar import cifar_resnet
 _REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
     "alexnet": alexnet,
     "alexnet-lrn": lambda input_shape, num_classes: alexnet(input_shape, num_classes, lrn=True),
+    "alexnet-2col": alexnet_2col,
     "lenet": lenet5,
     "resnet50": resnet50,
     "resnet20": lambda input_shape, num_classes: cifar_resnet(20, input_shape, num_classes),
@@ -31,7 +33,16 @@ def model_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def build_model(name: str, input_shape, num_classes: int) -> tf.keras.Model:
+# Models that can split themselves over several devices (model parallelism).
+SPLITTABLE = {"alexnet-2col"}
+
+
+def build_model(name: str, input_shape, num_classes: int, devices=None) -> tf.keras.Model:
+    """`devices`: for a splittable model, the devices to place its parts on."""
     if name not in _REGISTRY:
         raise ConfigError(f"--model must be one of {', '.join(model_names())}, got {name!r}")
+    if name in SPLITTABLE:
+        return _REGISTRY[name](tuple(input_shape), int(num_classes), devices=devices)
+    if devices is not None and len(devices) > 1:
+        raise ConfigError(f"model {name} cannot be split over {len(devices)} devices")
     return _REGISTRY[name](tuple(input_shape), int(num_classes))

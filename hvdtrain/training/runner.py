@@ -16,6 +16,7 @@ from hvdtrain import comm
 from hvdtrain.averaging import bytes_allreduced
 from hvdtrain.config import TrainConfig, load_config, parse_shape
 from hvdtrain.data import DataSource, load_dataset, steps_per_epoch
+from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, DataError, HvdtrainError
 from hvdtrain.keras.callbacks import AverageModelStatistics, BroadcastInitialState, MetricAverage
 from hvdtrain.keras.local_sgd import LocalSGD
@@ -149,6 +150,8 @@ def _world(cfg: TrainConfig, data: DataSource) -> World:
 
 def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     comm.init()
+    # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
+    devices = configure_devices(cfg.model_parallel, comm.local_rank())
     start = time.time()
     if cfg.elastic:
         # A worker that joins later runs this function from the top while the others are
@@ -181,7 +184,8 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     tf.keras.mixed_precision.set_global_policy("mixed_float16" if cfg.mixed_precision else "float32")
     # The same seed everywhere gives identical initial weights even before the broadcast.
     tf.keras.utils.set_random_seed(cfg.seed)
-    model = build_model(cfg.model, data.input_shape, data.num_classes)
+    model = build_model(cfg.model, data.input_shape, data.num_classes,
+                        devices=devices if cfg.model_parallel > 1 else None)
     compiled_optimizer, optimizer = make_optimizer(
         cfg, WarmupDecaySchedule.from_spec(world.schedule), averaging=cfg.mode == "sync")
     model.compile(optimizer=compiled_optimizer,
@@ -322,6 +326,7 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         "global_batch": cfg.batch_size * world.workers,
         "peak_lr": world.schedule.peak_lr,
         "parameters": int(model.count_params()),
+        "model_parallel": cfg.model_parallel,
         "n_sync": cfg.n_sync if cfg.mode == "local" else 1,
         "sync_count": state_sync.sync_count if cfg.mode == "local" else gradient_steps,
         "gradient_steps_averaged": gradient_steps,
