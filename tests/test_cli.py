@@ -130,3 +130,18 @@ def test_speed_options_train_in_one_process(tmp_path, idx_dataset_dir, flag):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["total_steps"] == 4 and summary["test_loss"] == summary["test_loss"]  # finite
+
+
+def test_weights_for_another_image_size_are_refused_in_one_line(tmp_path):
+    import tensorflow as tf
+
+    from hvdtrain.models import build_model
+
+    weights = str(tmp_path / "lenet28.weights.h5")
+    build_model("lenet", (28, 28, 1), 10).save_weights(weights)
+    result = _run("train", "--dataset", "synthetic", "--synthetic-shape", "32x32x3",
+                  "--init-weights", weights, "--epochs", "1", "--out", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"hvdtrain: error: --init-weights {weights} does not fit model lenet")
+    assert tf.io.gfile.exists(weights)
