@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 
 import tensorflow as tf
 
-from hvdtrain.config import parse_interval  # noqa: F401  (re-exported for callers)
 
 STATE_PREFIX = "state"
 META = "meta.json"

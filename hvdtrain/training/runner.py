@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import bytes_allreduced
-from hvdtrain.config import TrainConfig, load_config, parse_shape
+from hvdtrain.config import TrainConfig, load_config, parse_interval, parse_shape
 from hvdtrain.data import DataSource, load_dataset, steps_per_epoch
 from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, DataError, HvdtrainError
@@ -27,8 +27,7 @@ from hvdtrain.schedules import ScheduleSpec, warmup_steps_for
 from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, ElasticCommit, FiniteLossGuard, MetricsLog,
                                         StepWatchdog, ThroughputMeter)
-from hvdtrain.training.checkpoints import (CheckpointStore, Progress, fit_phases, parse_interval,
-                                          restore)
+from hvdtrain.training.checkpoints import CheckpointStore, Progress, fit_phases, restore
 from hvdtrain.training.optimizers import make_optimizer
 
 EVAL_BATCH = 250
@@ -231,16 +230,15 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     elif cfg.init_weights:
         _agree(lambda: _load_initial_weights(model, cfg.init_weights))
 
-    throughput = ThroughputMeter(cfg.batch_size, world.workers)
-    guard = FiniteLossGuard(last_checkpoint=lambda: plan.checkpoint)
-    callbacks += [throughput, MetricAverage(), guard]
     store = CheckpointStore(os.path.join(run_dir, run_folder.CHECKPOINTS), cfg.keep_checkpoints)
     checkpointer = Checkpointer(
         store, state, parse_interval(cfg.checkpoint_every),
         progress=lambda: Progress(int(optimizer.iterations.numpy()), world.steps, world.workers,
                                   cfg.batch_size, averager.rounds),
         in_sync=in_sync)
-    guard.last_checkpoint = lambda: checkpointer.last_saved or plan.checkpoint
+    throughput = ThroughputMeter(cfg.batch_size, world.workers)
+    callbacks += [throughput, MetricAverage(),
+                  FiniteLossGuard(lambda: checkpointer.last_saved or plan.checkpoint)]
     rank0_callbacks = [
         MetricsLog(os.path.join(run_dir, run_folder.METRICS), start, lambda: world.workers),
         tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
@@ -303,16 +301,33 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         train_seconds = time.time() - start
         test_loss, test_accuracy = evaluate(model, data.test(world.rank, world.workers, EVAL_BATCH))
 
+    summary = _summary(cfg, world, model, optimizer, state_sync, averager, throughput, history,
+                       start_step, train_seconds, test_loss, test_accuracy)
+    if comm.is_chief():
+        run_folder.atomic_write(os.path.join(run_dir, run_folder.FINAL_WEIGHTS), model.save_weights)
+        run_folder.write_json(os.path.join(run_dir, run_folder.SUMMARY), summary)
+        print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
+              f"{summary['images_per_sec']:.0f} images/sec on {world.workers} worker(s) | "
+              f"{train_seconds:.1f} s | run folder: {run_dir}", flush=True)
+    return RunResult(model, summary, history, run_dir, data.shard(world.rank, world.workers))
+
+
+def _summary(cfg: TrainConfig, world: World, model, optimizer, state_sync, averager, throughput,
+             history, start_step: int, train_seconds: float, test_loss: float,
+             test_accuracy: float) -> dict[str, Any]:
+    """summary.json; a collective call (throughput is averaged over workers)."""
     # What went through allreduce: gradients on averaged steps, model state in averaging rounds.
     gradient_steps = int(optimizer.averaged_steps.numpy())
     state_rounds = averager.rounds if world.workers > 1 else 0
     communicated = bytes_allreduced(gradient_steps,
                                     variable_bytes(model.trainable_variables, cfg.fp16_allreduce),
                                     state_rounds, averager.payload_bytes)
-    summary = {
+    return {
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
-        "images_per_sec": throughput.images_per_sec,
+        # Every worker measured its own rate; the job's is their mean times the workers.
+        "images_per_sec": comm.average_scalars({"v": throughput.images_per_sec},
+                                               name="final_throughput")["v"],
         "wall_seconds": train_seconds,
         "workers": world.workers,
         "mode": cfg.mode,
@@ -334,15 +349,6 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         "final_train_loss": float(history["loss"][-1]) if history else float("nan"),
         "final_train_accuracy": float(history["accuracy"][-1]) if history else float("nan"),
     }
-    summary["images_per_sec"] = comm.average_scalars({"v": summary["images_per_sec"]},
-                                                     name="final_throughput")["v"]
-    if comm.is_chief():
-        run_folder.atomic_write(os.path.join(run_dir, run_folder.FINAL_WEIGHTS), model.save_weights)
-        run_folder.write_json(os.path.join(run_dir, run_folder.SUMMARY), summary)
-        print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
-              f"{summary['images_per_sec']:.0f} images/sec on {world.workers} worker(s) | "
-              f"{train_seconds:.1f} s | run folder: {run_dir}", flush=True)
-    return RunResult(model, summary, history, run_dir, data.shard(world.rank, world.workers))
 
 
 @contextlib.contextmanager
