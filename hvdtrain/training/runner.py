@@ -367,7 +367,7 @@ def evaluate(model: tf.keras.Model, test_ds: tf.data.Dataset) -> tuple[float, fl
     """Loss and accuracy over the whole test split: each worker its shard, summed exactly."""
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
 
-    @tf.function
+    @tf.function(autograph=False)  # no Python control flow to convert
     def batch_totals(images, labels):
         logits = tf.cast(model(images, training=False), tf.float32)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
