@@ -98,18 +98,6 @@ def broadcast_object(obj, root_rank: int = 0, name: str | None = None):
     return hvd.broadcast_object(obj, root_rank=root_rank, name=name)
 
 
-def allgather_object(obj, name: str | None = None) -> list:
-    """Every worker's picklable object, in rank order."""
-    if hvd.size() == 1:
-        return [obj]
-    return hvd.allgather_object(obj, name=name)
-
-
-def barrier() -> None:
-    if hvd.size() > 1:
-        hvd.barrier()
-
-
 # --- elastic training (horovodrun --min-np/--max-np --host-discovery-script) ---
 
 

@@ -125,10 +125,6 @@ class TrainConfig:
         with open(path, "w", encoding="utf-8") as fh:
             yaml.safe_dump(self.to_dict(), fh, sort_keys=False)
 
-    @property
-    def uses_outer_optimizer(self) -> bool:
-        return self.outer_optimizer != "none"
-
     def validate_values(self) -> "TrainConfig":
         """Raise ConfigError naming the first bad option and its value."""
         _positive_int(self, "epochs")

@@ -274,6 +274,16 @@ def _epochs_done(out):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def _assert_resized(proc, output, out, first_workers, last_workers):
+    """The job finished every step, starting with `first_workers` and ending with `last_workers`."""
+    assert proc.returncode == 0, output[-4000:]
+    assert f"training with {last_workers} worker(s) from step" in output
+    records = _epochs_done(out)
+    assert records[0]["workers"] == first_workers and records[-1]["workers"] == last_workers
+    assert records[-1]["step"] == 180 and [r["epoch"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert json.loads((out / "summary.json").read_text())["workers"] == last_workers
+
+
 def _finish(proc, timeout=240):
     try:
         return proc.communicate(timeout=timeout)[0]
@@ -292,12 +302,7 @@ def test_elastic_job_loses_a_worker_and_finishes_with_the_other(tmp_path, idx_da
         victim[0].send_signal(signal.SIGKILL)
     finally:
         output = _finish(proc)
-    assert proc.returncode == 0, output[-4000:]
-    assert "training with 1 worker(s) from step" in output
-    records = _epochs_done(out)
-    assert records[0]["workers"] == 2 and records[-1]["workers"] == 1
-    assert records[-1]["step"] == 180 and [r["epoch"] for r in records] == [1, 2, 3, 4, 5, 6]
-    assert json.loads((out / "summary.json").read_text())["workers"] == 1
+    _assert_resized(proc, output, out, first_workers=2, last_workers=1)
 
 
 @pytest.mark.multiprocess
@@ -308,9 +313,4 @@ def test_elastic_job_takes_in_a_worker_that_joins(tmp_path, idx_dataset_dir):
         hosts.write_text("localhost:1\n127.0.0.1:1\n")
     finally:
         output = _finish(proc)
-    assert proc.returncode == 0, output[-4000:]
-    assert "training with 2 worker(s) from step" in output
-    records = _epochs_done(out)
-    assert records[0]["workers"] == 1 and records[-1]["workers"] == 2
-    assert records[-1]["step"] == 180
-    assert json.loads((out / "summary.json").read_text())["workers"] == 2
+    _assert_resized(proc, output, out, first_workers=1, last_workers=2)
