@@ -32,9 +32,19 @@ def _field_type(tp) -> type:
     return tp
 
 
-def _add_config_options(parser: argparse.ArgumentParser) -> None:
+# The TrainConfig fields `hvdtrain data bench` takes.
+BENCH_OPTIONS = ("dataset", "data_dir", "batch_size", "image_size", "synthetic_shape", "seed")
+
+
+def _add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
+    """One option per TrainConfig field (or per field in `names`), help from its metadata.
+
+    Defaults are left out of the namespace, so only what was given overrides YAML.
+    """
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
+        if names is not None and f.name not in names:
+            continue
         flag = "--" + f.name.replace("_", "-")
         help_text = f.metadata["help"]
         kind = _field_type(hints[f.name])
@@ -85,11 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read one worker's training pipeline as fast as possible and report "
                     "images/sec (mean and 95%% interval over windows of 10 batches). Compare it "
                     "with the training images/sec: if they are close, input is the bottleneck.")
-    for name in ("dataset", "data_dir", "batch_size", "image_size", "synthetic_shape", "seed"):
-        f = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
-        bench.add_argument("--" + name.replace("_", "-"), dest=name, default=f.default,
-                           type=_field_type(typing.get_type_hints(TrainConfig)[name]),
-                           choices=f.metadata["choices"], help=f"{f.metadata['help']} (default: {f.default})")
+    _add_config_options(bench, BENCH_OPTIONS)
     bench.add_argument("--batches", type=int, default=100, help="batches to time (default: 100)")
     bench.add_argument("--workers", type=int, default=1,
                        help="read the shard of rank 0 among this many workers (default: 1)")
@@ -121,8 +127,7 @@ def _to_tfrecords(args: argparse.Namespace) -> int:
 
 
 def _data_bench(args: argparse.Namespace) -> int:
-    overrides = {k: getattr(args, k) for k in ("dataset", "data_dir", "batch_size", "image_size",
-                                               "synthetic_shape", "seed")}
+    overrides = {name: getattr(args, name) for name in BENCH_OPTIONS if hasattr(args, name)}
     cfg = load_config(None, overrides)
     if args.batches <= 0 or args.workers <= 0:
         raise ConfigError(f"--batches and --workers must be positive, got {args.batches} and {args.workers}")

@@ -42,27 +42,29 @@ class RunResult:
     train_shard: np.ndarray = field(repr=False)
 
 
-def _agree(check: Callable[[], str | None]) -> None:
-    """Run `check` on rank 0 and raise its complaint on every rank, so all exit together."""
-    problem = None
+def _on_chief(compute: Callable[[], Any], name: str) -> Any:
+    """`compute()` on rank 0, its result on every rank; its HvdtrainError raised on every
+    rank as a ConfigError, so all workers exit together instead of waiting for rank 0."""
+    value, problem = None, None
     if comm.is_chief():
         try:
-            problem = check()
+            value = compute()
         except HvdtrainError as exc:
             problem = str(exc)
-    problem = comm.broadcast_object(problem, name="agree")
+    value, problem = comm.broadcast_object((value, problem), name=name)
     if problem:
         raise ConfigError(problem)
+    return value
 
 
-def _load_initial_weights(model: tf.keras.Model, path: str) -> str | None:
+def _load_initial_weights(model: tf.keras.Model, path: str) -> None:
     if not os.path.isfile(path):
-        return f"--init-weights file not found: {path}"
+        raise ConfigError(f"--init-weights file not found: {path}")
     try:
         model.load_weights(path)
     except (ValueError, OSError) as exc:
-        return f"--init-weights {path} does not fit model {model.name}: {str(exc).splitlines()[0]}"
-    return None
+        raise ConfigError(f"--init-weights {path} does not fit model {model.name}: "
+                          f"{str(exc).splitlines()[0]}") from None
 
 
 # Options that may differ between a run and its resumption.
@@ -103,19 +105,6 @@ def _plan_resume(cfg: TrainConfig) -> ResumePlan:
     if path is None and problems:
         raise ConfigError(f"no sound checkpoint to resume in {store.folder}: {problems[0]}")
     return ResumePlan(path, progress, notes)
-
-
-def _agree_on_plan(cfg: TrainConfig) -> ResumePlan:
-    plan, problem = None, None
-    if comm.is_chief():
-        try:
-            plan = _plan_resume(cfg)
-        except HvdtrainError as exc:
-            problem = str(exc)
-    plan, problem = comm.broadcast_object((plan, problem), name="resume_plan")
-    if problem:
-        raise ConfigError(problem)
-    return plan
 
 
 @dataclass
@@ -160,7 +149,7 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         run_dir = comm.broadcast_object(
             cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), name="run_dir")
         cfg = replace(cfg, out=run_dir)
-        plan = _agree_on_plan(cfg)
+        plan = _on_chief(lambda: _plan_resume(cfg), name="resume_plan")
     run_dir = cfg.out
 
     data = load_dataset(cfg.dataset, cfg.data_dir, parse_shape(cfg.synthetic_shape),
@@ -224,11 +213,10 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
                       f"{cfg.batch_size}: the learning rate follows, the data order restarts",
                       flush=True)
     elif cfg.init_weights and cfg.elastic:
-        problem = _load_initial_weights(model, cfg.init_weights) if comm.is_chief() else None
-        if problem:
-            raise ConfigError(problem)
+        if comm.is_chief():  # the elastic loop's first sync broadcasts them
+            _load_initial_weights(model, cfg.init_weights)
     elif cfg.init_weights:
-        _agree(lambda: _load_initial_weights(model, cfg.init_weights))
+        _on_chief(lambda: _load_initial_weights(model, cfg.init_weights), name="init_weights")
 
     store = CheckpointStore(os.path.join(run_dir, run_folder.CHECKPOINTS), cfg.keep_checkpoints)
     checkpointer = Checkpointer(
