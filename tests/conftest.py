@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -20,6 +21,16 @@ from helpers import write_learnable_idx_dataset  # noqa: E402
 def idx_dataset_dir(tmp_path):
     """A Fashion-MNIST-shaped folder of gzipped IDX files with an easy pattern to learn."""
     return write_learnable_idx_dataset(str(tmp_path / "idx"), train=512, test=128)
+
+
+@pytest.fixture
+def listening_port():
+    """A port on 127.0.0.1 that accepts connections (a stand-in for sshd)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
 
 
 def horovodrun(script: str, *args: str, np_: int = 2, hosts: str = "localhost:2",

@@ -224,15 +224,6 @@ def test_describe_instances_command_filters_running_instances_by_tag():
 # --- the reachability check, against ports on 127.0.0.1 only ---
 
 @pytest.fixture
-def listening_port():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    yield server.getsockname()[1]
-    server.close()
-
-
-@pytest.fixture
 def closed_port():
     """A port that is bound but not listening: connections are refused, and no one else can take it."""
     sock = socket.socket()

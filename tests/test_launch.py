@@ -163,16 +163,6 @@ def test_pin_gpu_refuses_more_workers_than_gpus():
 
 # --- launch/slurm/train.sbatch, run as sbatch would run it on the first node ---
 
-@pytest.fixture
-def sshd_port():
-    """Something listening on 127.0.0.1 where the script checks for each node's sshd."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    yield server.getsockname()[1]
-    server.close()
-
-
 def slurm_env(env, port):
     env.update(SLURM_JOB_NODELIST="localhost,127.0.0.1", SLURM_TASKS_PER_NODE="2(x2)",
                SLURM_SUBMIT_DIR=ROOT, HVDTRAIN_SSH_PORT=str(port))
@@ -180,9 +170,9 @@ def slurm_env(env, port):
 
 
 def test_sbatch_builds_the_hostfile_from_the_allocation_and_passes_options(
-        fake_horovodrun, sshd_port, tmp_path):
+        fake_horovodrun, listening_port, tmp_path):
     env, call = fake_horovodrun
-    slurm_env(env, sshd_port)
+    slurm_env(env, listening_port)
     env["HOROVODRUN_ARGS"] = "--autotune"
     # Slurm runs a copy of the script from its spool folder, not from the checkout.
     spooled = tmp_path / "slurm_script"
@@ -193,7 +183,7 @@ def test_sbatch_builds_the_hostfile_from_the_allocation_and_passes_options(
     recorded = call()
     argv = recorded["argv"]
     assert argv[:3] == ["-np", "4", "-hostfile"]
-    assert argv[4:] == ["--gloo", "--ssh-port", str(sshd_port), "--autotune",
+    assert argv[4:] == ["--gloo", "--ssh-port", str(listening_port), "--autotune",
                         "--fusion-threshold-mb", "64", "hvdtrain", "train",
                         "--epochs", "30"]
     assert recorded["hostfile"] == "localhost slots=2\n127.0.0.1 slots=2\n"
