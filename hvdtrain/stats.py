@@ -22,3 +22,31 @@ def mean_ci95(samples: Sequence[float]) -> tuple[float, float]:
     variance = sum((x - mean) ** 2 for x in samples) / (n - 1)
     t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
     return mean, t * math.sqrt(variance / n)
+
+
+def per_batch_values(running_means: Sequence[float]) -> list[float]:
+    """Each batch's own value from the running means Keras reports after every batch.
+
+    Keras logs, after batch b of an epoch, the mean over batches 1..b (weighted by
+    batch size, which is constant within a run), so batch b's value is
+    b·m_b − (b − 1)·m_(b−1).
+    """
+    values, previous_total = [], 0.0
+    for count, mean in enumerate(running_means, start=1):
+        total = count * mean
+        values.append(total - previous_total)
+        previous_total = total
+    return values
+
+
+def sliding_mean(values: Sequence[float], window: int) -> list[float]:
+    """Mean of the last `window` values at every position (fewer at the start)."""
+    if window <= 0:
+        raise ValueError(f"window must be positive, got {window}")
+    means, running = [], 0.0
+    for i, value in enumerate(values):
+        running += value
+        if i >= window:
+            running -= values[i - window]
+        means.append(running / min(i + 1, window))
+    return means

@@ -86,7 +86,8 @@ def test_only_rank_0_writes_the_run_folder_and_progress(trained):
     root, results, output = trained
     run = root / "run-sync"
     assert sorted(os.listdir(run)) == ["checkpoints", "config.yaml", "metrics.jsonl",
-                                       "model.weights.h5", "summary.json", "tensorboard"]
+                                       "model.weights.h5", "steps.jsonl", "summary.json",
+                                       "tensorboard"]
     # One writer: one line per epoch, one event file, no temporary files left behind.
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2] and [r["step"] for r in records] == [8, 16]
@@ -98,6 +99,23 @@ def test_only_rank_0_writes_the_run_folder_and_progress(trained):
     assert not glob.glob(str(run / "**" / ".tmp-*"), recursive=True)
     assert yaml.safe_load((run / "config.yaml").read_text())["out"] == str(run)
     assert "[0]<stdout>:Epoch 1/2" in output.stdout and "[1]<stdout>:Epoch" not in output.stdout
+
+
+@pytest.mark.parametrize("name", ["sync", "plain_local3"])
+def test_step_log_holds_every_step_averaged_over_workers(trained, name):
+    root, results, _ = trained
+    steps = [json.loads(line) for line in (root / f"run-{name}" / "steps.jsonl").read_text().splitlines()]
+    epochs = [json.loads(line) for line in (root / f"run-{name}" / "metrics.jsonl").read_text().splitlines()]
+    per_epoch = len(steps) // len(epochs)
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1)) and per_epoch == 8
+    assert all(0.0 <= s["error"] <= 1.0 and np.isfinite(s["loss"]) for s in steps)
+    walls = [s["wall_seconds"] for s in steps]
+    assert walls == sorted(walls) and walls[0] > 0
+    # Each epoch's steps average to the epoch's (worker-averaged) loss and accuracy.
+    for i, epoch in enumerate(epochs):
+        chunk = steps[i * per_epoch:(i + 1) * per_epoch]
+        assert np.mean([s["loss"] for s in chunk]) == pytest.approx(epoch["loss"], rel=1e-4)
+        assert 1 - np.mean([s["error"] for s in chunk]) == pytest.approx(epoch["accuracy"], abs=1e-4)
 
 
 def test_summary_reports_the_run(trained):

@@ -51,6 +51,7 @@ class ArrayDataset(DataSource):
     std: tuple[float, ...]
     # Applied to each uint8 training image before batching.
     augment: Optional[Augment] = None
+    endless: bool = False
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

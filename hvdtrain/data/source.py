@@ -32,6 +32,10 @@ class DataSource(abc.ABC):
         """False when knowing `num_train` means reading every file."""
         return True
 
+    # True when the data has no natural epoch (random images): --steps-per-epoch is then
+    # taken as given rather than capped at one pass over the shard.
+    endless: bool = False
+
     @abc.abstractmethod
     def shard(self, rank: int, workers: int) -> np.ndarray:
         """What this worker trains on: example indices or file names."""

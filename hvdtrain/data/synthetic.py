@@ -20,4 +20,4 @@ def load(shape: tuple[int, int, int], num_classes: int = 10, seed: int = 0,
 
     return ArrayDataset("synthetic", *split(train_examples), *split(TEST_EXAMPLES),
                         num_classes=num_classes, mean=(0.5,) * shape[-1],
-                        std=(0.29,) * shape[-1])
+                        std=(0.29,) * shape[-1], endless=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -11,8 +12,10 @@ from typing import Callable
 
 import tensorflow as tf
 
+from hvdtrain import comm
 from hvdtrain.errors import HvdtrainError
 from hvdtrain.keras.state import current_learning_rate
+from hvdtrain.stats import per_batch_values
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, Progress
 
@@ -85,6 +88,44 @@ class MetricsLog(tf.keras.callbacks.Callback):
             workers=self.workers(),
         )
         run_folder.append_jsonl(self.path, record)
+
+
+class StepLog(tf.keras.callbacks.Callback):
+    """Training loss and error of every step, in steps.jsonl: the data of learning curves.
+
+    Each worker keeps its own minibatch values through the epoch; at the epoch end
+    one allreduce averages them over workers and rank 0 appends a line per step
+    (`step`, `loss`, `error` = 1 − accuracy, `wall_seconds` since the run started).
+    In local mode the workers' models differ between rounds, so this is the mean of
+    what each worker saw on its own minibatch. Every rank must have this callback.
+    """
+
+    def __init__(self, path: str | None, start_time: float):
+        super().__init__()
+        self.path = path  # None on ranks other than 0
+        self.start_time = start_time
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._first_step = int(self.model.optimizer.iterations.numpy()) + 1
+        self._loss, self._accuracy, self._wall = [], [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        self._loss.append(float(logs.get("loss", math.nan)))
+        self._accuracy.append(float(logs.get("accuracy", math.nan)))
+        self._wall.append(time.time() - self.start_time)
+
+    def on_epoch_end(self, epoch, logs=None):
+        values = tf.constant([per_batch_values(self._loss), per_batch_values(self._accuracy)],
+                             dtype=tf.float64)
+        (mean,) = comm.average([values], name=f"step_log_{epoch}")
+        if self.path is None:
+            return
+        lines = [json.dumps({"step": self._first_step + i, "loss": loss, "error": 1.0 - accuracy,
+                             "wall_seconds": round(wall, 4)}) + "\n"
+                 for i, (loss, accuracy, wall) in enumerate(zip(*mean.numpy().tolist(), self._wall))]
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.writelines(lines)
 
 
 class Checkpointer(tf.keras.callbacks.Callback):

@@ -16,6 +16,7 @@ from typing import Any, Callable
 CONFIG = "config.yaml"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
+STEPS = "steps.jsonl"
 FINAL_WEIGHTS = "model.weights.h5"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
@@ -58,7 +59,7 @@ def append_jsonl(path: str, record: dict[str, Any]) -> None:
 
 
 def truncate_metrics(path: str, last_step: int) -> None:
-    """Drop epoch records past `last_step`: a resumed run writes those epochs again."""
+    """Drop records (epochs or steps) past `last_step`: a resumed run writes them again."""
     if not os.path.exists(path):
         return
     with open(path, encoding="utf-8") as fh:

@@ -26,7 +26,7 @@ from hvdtrain.models import build_model
 from hvdtrain.schedules import ScheduleSpec, warmup_steps_for
 from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, ElasticCommit, FiniteLossGuard, MetricsLog,
-                                        StepWatchdog, ThroughputMeter)
+                                        StepLog, StepWatchdog, ThroughputMeter)
 from hvdtrain.training.checkpoints import CheckpointStore, Progress, fit_phases, restore
 from hvdtrain.training.optimizers import make_optimizer
 
@@ -123,7 +123,7 @@ class World:
 
 def _world(cfg: TrainConfig, data: DataSource) -> World:
     workers = comm.size()
-    if cfg.steps_per_epoch and not data.size_is_cheap:
+    if cfg.steps_per_epoch and (data.endless or not data.size_is_cheap):
         steps = cfg.steps_per_epoch  # counting every record of a large dataset can wait
     else:
         steps = steps_per_epoch(data.num_train, workers, cfg.batch_size, cfg.steps_per_epoch)
@@ -136,7 +136,9 @@ def _world(cfg: TrainConfig, data: DataSource) -> World:
         cfg.lr_decay))
 
 
-def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
+def train(cfg: TrainConfig, verbose: int | None = None,
+          extra_callbacks: tuple[tf.keras.callbacks.Callback, ...] = ()) -> RunResult:
+    """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
     comm.init()
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
     devices = configure_devices(cfg.model_parallel, comm.local_rank())
@@ -226,7 +228,10 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
         in_sync=in_sync)
     throughput = ThroughputMeter(cfg.batch_size, world.workers)
     callbacks += [throughput, MetricAverage(),
-                  FiniteLossGuard(lambda: checkpointer.last_saved or plan.checkpoint)]
+                  FiniteLossGuard(lambda: checkpointer.last_saved or plan.checkpoint),
+                  StepLog(os.path.join(run_dir, run_folder.STEPS) if comm.is_chief() else None,
+                          start),
+                  *extra_callbacks]
     rank0_callbacks = [
         MetricsLog(os.path.join(run_dir, run_folder.METRICS), start, lambda: world.workers),
         tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
@@ -236,7 +241,8 @@ def train(cfg: TrainConfig, verbose: int | None = None) -> RunResult:
     if comm.is_chief():
         os.makedirs(run_dir, exist_ok=True)
         run_folder.atomic_write(os.path.join(run_dir, run_folder.CONFIG), cfg.save_yaml)
-        run_folder.truncate_metrics(os.path.join(run_dir, run_folder.METRICS), start_step)
+        for log in (run_folder.METRICS, run_folder.STEPS):
+            run_folder.truncate_metrics(os.path.join(run_dir, log), start_step)
     watchdog = [StepWatchdog(cfg.step_timeout)] if cfg.step_timeout else []
     history: dict[str, list[float]] = {}
 
