@@ -19,9 +19,10 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+
+from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
 
 LAYOUTS = (
     ("one device", 1, 1),
@@ -32,16 +33,12 @@ LAYOUTS = (
 
 
 def train_command(workers: int, model_parallel: int, batch: int, args, out: str) -> list[str]:
-    bin_dir = os.path.dirname(sys.executable)
-    train = [os.path.join(bin_dir, "hvdtrain"), "train", "--model", "alexnet-2col",
+    train = [tool("hvdtrain"), "train", "--model", "alexnet-2col",
              "--model-parallel", str(model_parallel), "--dataset", "synthetic",
              "--synthetic-shape", f"{args.image_size}x{args.image_size}x3",
              "--batch-size", str(batch), "--epochs", "2", "--steps-per-epoch", str(args.steps),
              "--no-validate", "--checkpoint-every", "1000epochs", "--out", out]
-    if workers == 1:
-        return train
-    return [os.path.join(bin_dir, "horovodrun"), "-np", str(workers), "-H",
-            f"localhost:{workers}", "--gloo", *train]
+    return horovodrun_command(workers, train)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,14 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch (2 epochs)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     rows = []
     scratch = tempfile.mkdtemp(prefix="hvdtrain-hybrid-")
     try:
         for name, workers, model_parallel in LAYOUTS:
             out = os.path.join(scratch, f"w{workers}-mp{model_parallel}")
             command = train_command(workers, model_parallel, args.global_batch // workers, args, out)
-            result = subprocess.run(command, capture_output=True, text=True, env=env)
+            result = run_job(command)
             if result.returncode != 0:
                 print(result.stdout[-2000:], result.stderr[-2000:], file=sys.stderr)
                 return result.returncode

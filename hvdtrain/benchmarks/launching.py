@@ -1,0 +1,33 @@
+"""Commands that start hvdtrain jobs from a benchmark or sweep driver, one job at a time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+# hvdtrain's own tools, next to this interpreter (the venv's bin/ folder).
+BIN_DIR = os.path.dirname(sys.executable)
+
+
+def tool(name: str) -> str:
+    return os.path.join(BIN_DIR, name)
+
+
+def horovodrun_command(workers: int, command: list[str], hostfile: str | None = None) -> list[str]:
+    """`command` as a job of `workers` processes: on this machine, or on the first
+    `workers` slots of `hostfile` (lines `host slots=N`). One local worker runs bare."""
+    if hostfile is None and workers == 1:
+        return list(command)
+    hosts = ["--hostfile", hostfile] if hostfile else ["-H", f"localhost:{workers}"]
+    return [tool("horovodrun"), "-np", str(workers), *hosts, "--gloo", *command]
+
+
+def run_job(command: list[str], log_path: str | None = None) -> subprocess.CompletedProcess:
+    """Run to the end; output goes to `log_path` (or is captured). TensorFlow's start-up
+    chatter is silenced so a failure's own message is easy to find."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    if log_path is None:
+        return subprocess.run(command, capture_output=True, text=True, env=env)
+    with open(log_path, "w", encoding="utf-8") as log:
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
