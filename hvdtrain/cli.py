@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, default=1,
                        help="read the shard of rank 0 among this many workers (default: 1)")
     bench.set_defaults(handler=_data_bench)
+
+    from hvdtrain.benchmarks import bench as model_bench
+
+    model_bench.add_parser(commands)
     return parser
 
 

@@ -301,3 +301,24 @@ def _non_negative_float(cfg: TrainConfig, name: str) -> None:
 def _fraction(cfg: TrainConfig, name: str) -> None:
     if not 0 <= _number(cfg, name) < 1:
         raise ConfigError(f"{_flag(name)} must be in [0, 1), got {getattr(cfg, name)!r}")
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4]: positive integers, for options that take a list."""
+    try:
+        values = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise ConfigError(f"{flag} must be positive integers separated by commas, got {text!r}")
+    return values
+
+
+def parse_choice_list(text: str, flag: str, choices: tuple[str, ...]) -> list[str]:
+    """'sync,local' -> ['sync', 'local'], each one of `choices`."""
+    values = [part.strip() for part in str(text).split(",")]
+    bad = [v for v in values if v not in choices]
+    if bad:
+        raise ConfigError(f"{flag} takes a comma-separated list of {', '.join(choices)}; "
+                          f"got {bad[0]!r}")
+    return values

@@ -1,0 +1,191 @@
+"""`hvdtrain bench`: options, one job per worker count, and the scaling table."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+import time
+
+from hvdtrain.benchmarks.launching import horovodrun_command, run_job
+from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
+from hvdtrain.config import load_config, parse_choice_list, parse_int_list, parse_shape
+from hvdtrain.errors import ConfigError, HvdtrainError
+
+MODES = ("sync", "local", "independent", "horovod")
+CONFIG_OPTIONS = ("model", "batch_size", "seed", "xla", "mixed_precision", "fp16_allreduce")
+DEFAULT_SHAPES = {"lenet": "28x28x1", "resnet20": "32x32x3", "resnet32": "32x32x3",
+                  "resnet56": "32x32x3"}
+
+DESCRIPTION = """\
+Training throughput of one model on random images held in memory, so only the
+model, the optimizer and the communication are measured. Every setup trains through
+the same code as `hvdtrain train`; the first --warmup-steps steps are not timed.
+Reports images/sec per worker and in total (mean and 95% interval over windows of
+--window steps), the share of a step spent in allreduce (the exchange timed on its
+own once training stops, times the exchanges per step), and bytes allreduced per
+step. Modes: sync (gradients averaged every step); local (weights averaged every
+--n-sync steps; one setup per value); independent (no communication at all: the
+upper limit); horovod (a bare hvd.DistributedOptimizer + model.fit script, the
+reference for hvdtrain's own overhead).
+
+Without horovodrun around it, it starts one job per --workers value (horovodrun
+-H localhost:K, or the first K slots of --hostfile) and writes bench.json and
+bench.csv with speed-up and efficiency against the fewest workers. Under
+horovodrun it measures that job alone."""
+
+EXAMPLE = """\
+example:
+  hvdtrain bench --model lenet --workers 1,2 --modes sync,local,independent,horovod --n-sync 10,100
+"""
+
+
+def add_parser(commands) -> None:
+    from hvdtrain.cli import _add_config_options
+
+    parser = commands.add_parser(
+        "bench", help="training throughput and scaling on synthetic data",
+        description=DESCRIPTION, epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_options(parser, CONFIG_OPTIONS)
+    parser.add_argument("--synthetic-shape", default=None, metavar="HxWxC",
+                        help="image shape (default: 28x28x1 for lenet, 32x32x3 for the CIFAR "
+                             "ResNets, 224x224x3 otherwise)")
+    parser.add_argument("--modes", default="sync,local,independent",
+                        help="comma-separated modes to measure, of: " + ", ".join(MODES) +
+                             " (default: sync,local,independent)")
+    parser.add_argument("--n-sync", default="10,100",
+                        help="local mode: steps between averagings, comma-separated; one setup "
+                             "each (default: 10,100)")
+    parser.add_argument("--workers", default=None,
+                        help="worker counts, comma-separated, one job each (default: 1, or the "
+                             "job's own size under horovodrun)")
+    parser.add_argument("--hostfile", default=None,
+                        help="horovodrun hostfile (lines 'host slots=N'); jobs take its first "
+                             "K slots (default: all workers on this machine)")
+    parser.add_argument("--steps", type=int, default=50,
+                        help="timed steps per setup, rounded up to whole --n-sync periods in "
+                             "local mode (default: 50)")
+    parser.add_argument("--warmup-steps", type=int, default=10,
+                        help="steps run before timing starts: tracing, pipeline start-up "
+                             "(default: 10)")
+    parser.add_argument("--window", type=int, default=10,
+                        help="steps per window for the 95%% intervals (default: 10)")
+    parser.add_argument("--out", default=None,
+                        help="folder for bench.json, bench.csv and job logs "
+                             "(default: runs/bench-<time>-<model>)")
+    parser.set_defaults(handler=run)
+
+
+def _setups(args, cfg) -> list[dict]:
+    if args.steps <= 0 or args.warmup_steps <= 0 or args.window <= 0:
+        raise ConfigError(f"--steps, --warmup-steps and --window must be positive, got "
+                          f"{args.steps}, {args.warmup_steps} and {args.window}")
+    from hvdtrain.models import model_names  # imports TensorFlow: only once the options are sane
+
+    if cfg.model not in model_names():
+        raise ConfigError(f"--model must be one of {', '.join(model_names())}, got {cfg.model!r}")
+    shape = args.synthetic_shape or DEFAULT_SHAPES.get(cfg.model, "224x224x3")
+    parse_shape(shape)
+    common = dict(model=cfg.model, batch_size=cfg.batch_size, shape=shape, steps=args.steps,
+                  warmup_steps=args.warmup_steps, window=args.window, seed=cfg.seed, xla=cfg.xla,
+                  mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce)
+    setups = []
+    for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
+        n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode == "local" else [None]
+        setups += [dict(common, mode=mode, n_sync=n) for n in n_syncs]
+    return setups
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = {name: getattr(args, name) for name in CONFIG_OPTIONS if hasattr(args, name)}
+    cfg = load_config(None, overrides)
+    setups = _setups(args, cfg)
+    workers = parse_int_list(args.workers, "--workers") if args.workers else None
+    if "HOROVOD_RANK" in os.environ:
+        return _measure_this_job(args, setups, workers)
+    if args.hostfile and not os.path.isfile(args.hostfile):
+        raise ConfigError(f"--hostfile not found: {args.hostfile}")
+    out = args.out or os.path.join("runs", f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model}")
+    os.makedirs(out, exist_ok=True)
+    setups_path = os.path.join(out, "setups.json")
+    with open(setups_path, "w", encoding="utf-8") as fh:
+        json.dump(setups, fh, indent=2)
+    rows, host = [], {}
+    for count in workers or [1]:
+        results_path = os.path.join(out, f"results-w{count}.json")
+        log_path = os.path.join(out, f"bench-w{count}.log")
+        print(f"hvdtrain: benchmarking {cfg.model} on {count} worker(s); log: {log_path}", flush=True)
+        command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", setups_path, results_path]
+        result = run_job(horovodrun_command(count, command, args.hostfile), log_path)
+        if result.returncode != 0 or not os.path.exists(results_path):
+            raise HvdtrainError(f"the {count}-worker benchmark job failed (exit "
+                                f"{result.returncode}); see {log_path}")
+        with open(results_path, encoding="utf-8") as fh:
+            results = json.load(fh)
+        rows += results["rows"]
+        host = results["machine"]
+    _report(rows, host, out)
+    return 0
+
+
+def _measure_this_job(args, setups, workers) -> int:
+    from hvdtrain import comm
+    from hvdtrain.benchmarks.throughput import Setup, run_setups
+
+    comm.init()
+    if workers and workers != [comm.size()]:
+        raise ConfigError(f"--workers {args.workers} under horovodrun, which started "
+                          f"{comm.size()}; leave --workers out, or run bench without horovodrun")
+    rows, host = run_setups([Setup(**s) for s in setups])
+    if comm.is_chief():
+        out = args.out or os.path.join("runs", f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.makedirs(out, exist_ok=True)
+        _report(rows, host, out)
+    return 0
+
+
+CSV_COLUMNS = ("model", "label", "mode", "n_sync", "workers", "batch_per_worker", "shape",
+               "total_images_per_sec", "total_ci95", "per_worker_images_per_sec", "per_worker_ci95",
+               "speedup", "efficiency", "step_seconds", "communication_share", "bytes_per_step",
+               "seconds_per_exchange", "timed_steps", "parameters")
+
+
+def _report(rows: list[dict], host: dict, out: str) -> None:
+    """Scaling columns, then bench.json, bench.csv and a table on stdout."""
+    from hvdtrain.training.run_folder import atomic_write, write_json
+
+    add_scaling(rows)
+    overhead = overhead_against_reference(rows)
+    write_json(os.path.join(out, "bench.json"), {
+        "command": ["hvdtrain", *sys.argv[1:]], "machine": host, "rows": rows,
+        "horovod_reference_over_sync": {str(k): v for k, v in overhead.items()}})
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+
+    def write_csv(tmp):
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text.getvalue())
+    atomic_write(os.path.join(out, "bench.csv"), write_csv)
+    print(format_table(rows))
+    for count, ratio in overhead.items():
+        print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} images/sec")
+    print(f"hvdtrain: wrote {os.path.join(out, 'bench.json')} and bench.csv", flush=True)
+
+
+def format_table(rows: list[dict]) -> str:
+    """Markdown: one line per (setup, workers)."""
+    lines = ["| model | mode | workers | images/sec (total) | per worker | speed-up | "
+             "efficiency | comm. share | MB/step |", "|" + "---|" * 9]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['label']} | {r['workers']} | {r['total_images_per_sec']:.1f} ± "
+            f"{r['total_ci95']:.1f} | {r['per_worker_images_per_sec']:.1f} ± "
+            f"{r['per_worker_ci95']:.1f} | {r['speedup']:.2f}× | {r['efficiency']:.0%} | "
+            f"{r['communication_share']:.1%} | {r['bytes_per_step'] / 1e6:.3f} |")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""`hvdtrain bench`: training throughput on synthetic data held in memory.
+
+The driver (no horovodrun around it) starts one job per worker count, each running
+`python -m hvdtrain.benchmarks.throughput SPECS RESULTS`; inside a job every setup
+(mode, n_sync) is trained in turn through the same code path as `hvdtrain train`,
+with a StepTimer as the last callback. Run under horovodrun yourself and it
+measures that one job instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+
+import tensorflow as tf
+
+from hvdtrain import comm
+from hvdtrain.benchmarks.scaling import (communication_share, exchanges_in, rounded_steps,
+                                         worker_throughput)
+from hvdtrain.benchmarks.timing import StepTimer, all_workers, seconds_per_call
+from hvdtrain.config import load_config, parse_shape
+from hvdtrain.keras.state import ModelStateAverager, variable_bytes
+
+MODES = ("sync", "local", "independent", "horovod")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One thing to measure; every worker of the job measures it together."""
+
+    model: str
+    batch_size: int        # per worker
+    shape: str             # HxWxC
+    mode: str              # one of MODES
+    n_sync: int | None     # local mode only
+    steps: int             # timed steps (rounded up to whole n_sync periods in local mode)
+    warmup_steps: int
+    window: int
+    seed: int = 42
+    xla: bool = False
+    mixed_precision: bool = False
+    fp16_allreduce: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"local, n_sync {self.n_sync}" if self.mode == "local" else self.mode
+
+
+def _train_config(setup: Setup, total_steps: int, out: str):
+    mode = "sync" if setup.mode == "sync" else "local"
+    # Independent workers: local SGD whose first round would come after the last step.
+    n_sync = setup.n_sync if setup.mode == "local" else total_steps + 1
+    return load_config(None, dict(
+        model=setup.model, dataset="synthetic", synthetic_shape=setup.shape,
+        batch_size=setup.batch_size, epochs=1, steps_per_epoch=total_steps, seed=setup.seed,
+        mode=mode, **({"n_sync": n_sync} if mode == "local" else {}),
+        # Random labels: a small constant rate keeps every model finite.
+        base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
+        checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
+        fp16_allreduce=setup.fp16_allreduce, out=out))
+
+
+def measure(setup: Setup) -> dict:
+    """Train `setup` on every worker of this job; the row of results, on every worker."""
+    from hvdtrain.training.runner import train
+
+    tf.keras.backend.clear_session()
+    steps = rounded_steps(setup.steps, setup.n_sync if setup.mode == "local" else None)
+    total_steps = setup.warmup_steps + steps
+    timer = StepTimer(setup.warmup_steps)
+    scratch = tempfile.mkdtemp(prefix="hvdtrain-bench-")
+    try:
+        if setup.mode == "horovod":
+            from hvdtrain.benchmarks import plain_horovod
+
+            model = plain_horovod.train(setup.model, parse_shape(setup.shape), setup.batch_size,
+                                        total_steps, setup.seed, callbacks=[timer])
+        else:
+            model = train(_train_config(setup, total_steps, os.path.join(scratch, "run")),
+                          verbose=0, extra_callbacks=(timer,)).model
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    workers = comm.size()
+    rates = worker_throughput(all_workers(timer.step_seconds), setup.window, setup.batch_size)
+    exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync, workers)
+    gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
+    if setup.mode == "local":
+        averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
+        exchange_bytes, exchange = averager.payload_bytes, averager.average
+    else:
+        gradients = [tf.identity(v) for v in model.trainable_variables]
+        exchange_bytes = gradient_bytes
+        exchange = tf.function(lambda: comm.average(gradients, name="bench_gradients",
+                                                    fp16=setup.fp16_allreduce))
+    seconds = seconds_per_call(exchange) if exchanges else 0.0
+    return {
+        **{k: v for k, v in asdict(setup).items() if k not in ("batch_size", "steps")},
+        "label": setup.label,
+        "workers": workers,
+        "batch_per_worker": setup.batch_size,
+        "timed_steps": steps,
+        "parameters": int(model.count_params()),
+        **rates,
+        "exchanges_timed": exchanges,
+        "seconds_per_exchange": seconds,
+        "communication_share": communication_share(seconds, exchanges, steps, rates["step_seconds"]),
+        "bytes_per_step": exchanges * exchange_bytes / steps,
+    }
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    import horovod
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"host": platform.node(), "cpu": cpu, "cpus": os.cpu_count(),
+            "gpus": len(tf.config.list_physical_devices("GPU")),
+            "python": platform.python_version(), "tensorflow": tf.__version__,
+            "horovod": horovod.__version__}
+
+
+def run_setups(setups: list[Setup]) -> tuple[list[dict], dict]:
+    """Measure each setup in this job; (rows, machine) on every worker."""
+    comm.init()
+    rows = []
+    for setup in setups:
+        row = measure(setup)
+        rows.append(row)
+        if comm.is_chief():
+            print(f"hvdtrain: {setup.model} {setup.label}, {row['workers']} worker(s): "
+                  f"{row['total_images_per_sec']:.1f} ± {row['total_ci95']:.1f} images/sec",
+                  flush=True)
+    return rows, machine()
+
+
+def main(argv: list[str]) -> int:
+    """Job entry point: `python -m hvdtrain.benchmarks.throughput SETUPS.json RESULTS.json`."""
+    setups_path, results_path = argv
+    with open(setups_path, encoding="utf-8") as fh:
+        setups = [Setup(**s) for s in json.load(fh)]
+    rows, host = run_setups(setups)
+    if comm.is_chief():
+        with open(results_path, "w", encoding="utf-8") as fh:
+            json.dump({"rows": rows, "machine": host}, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

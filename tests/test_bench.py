@@ -1,0 +1,129 @@
+"""`hvdtrain bench`: the arithmetic (pure) and one real run of the command."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hvdtrain.benchmarks.scaling import (add_scaling, communication_share, exchanges_in,
+                                         overhead_against_reference, rounded_steps, window_rates,
+                                         worker_throughput)
+from hvdtrain.cli import main
+
+
+def test_window_rates_are_images_over_time_per_window():
+    seconds = [0.1] * 10 + [0.2] * 10 + [0.5] * 3  # the short last window is dropped
+    assert window_rates(seconds, 10, 32) == pytest.approx([320.0, 160.0])
+    assert window_rates([0.5, 0.5], 10, 32) == pytest.approx([64.0])  # one short window stays
+    with pytest.raises(ValueError):
+        window_rates(seconds, 0, 32)
+
+
+def test_worker_throughput_sums_workers_and_weighs_slow_steps_in_full():
+    fast = [0.1] * 20
+    # One slow step (an averaging round) in each window of ten.
+    with_rounds = ([0.1] * 9 + [1.0]) * 2
+    result = worker_throughput([fast, with_rounds], 10, 10)
+    per_second = [200 / 2.0, 200 / 3.8]  # images over seconds, whole stretch
+    assert result["total_images_per_sec"] == pytest.approx(sum(per_second))
+    assert result["per_worker_images_per_sec"] == pytest.approx(sum(per_second) / 2)
+    # Identical windows: no spread, a zero-width interval.
+    assert result["total_ci95"] == pytest.approx(0.0, abs=1e-9)
+    assert result["step_seconds"] == pytest.approx(5.8 / 40)
+
+
+def test_local_steps_round_up_to_whole_periods_and_count_their_exchanges():
+    assert rounded_steps(50, 100) == 100 and rounded_steps(50, 10) == 50
+    assert rounded_steps(50, None) == 50
+    # Steps 11..110 hold the rounds at 20, 30, ..., 110.
+    assert exchanges_in("local", 11, 100, 10, workers=2) == 10
+    assert exchanges_in("local", 11, 100, 100, workers=2) == 1
+    assert exchanges_in("sync", 11, 100, None, workers=2) == 100
+    assert exchanges_in("horovod", 11, 100, None, workers=2) == 100
+    assert exchanges_in("independent", 11, 100, None, workers=2) == 0
+    assert exchanges_in("sync", 11, 100, None, workers=1) == 0
+
+
+def test_communication_share_is_timed_exchanges_over_step_time():
+    assert communication_share(0.002, 50, 50, 0.010) == pytest.approx(0.2)
+    assert communication_share(0.002, 5, 50, 0.010) == pytest.approx(0.02)
+    assert communication_share(0.5, 50, 50, 0.010) == 1.0  # never more than the whole step
+    assert communication_share(0.002, 0, 50, 0.010) == 0.0
+
+
+def _row(mode, workers, rate, n_sync=None):
+    return dict(model="lenet", batch_per_worker=64, mode=mode, n_sync=n_sync, workers=workers,
+                total_images_per_sec=rate)
+
+
+def test_scaling_compares_each_setup_with_its_own_fewest_workers():
+    rows = add_scaling([_row("sync", 1, 100.0), _row("sync", 2, 150.0), _row("sync", 4, 360.0),
+                        _row("local", 2, 180.0, n_sync=10), _row("local", 4, 300.0, n_sync=10)])
+    assert [r["speedup"] for r in rows] == pytest.approx([1.0, 1.5, 3.6, 1.0, 300 / 180])
+    assert [r["efficiency"] for r in rows] == pytest.approx([1.0, 0.75, 0.9, 1.0, 300 / 180 / 2])
+
+
+def test_overhead_is_the_reference_rate_over_hvdtrains_minus_one():
+    rows = [_row("sync", 1, 100.0), _row("horovod", 1, 102.0), _row("sync", 2, 180.0),
+            _row("horovod", 2, 171.0), _row("local", 2, 190.0, n_sync=10), _row("sync", 4, 1.0)]
+    assert overhead_against_reference(rows) == pytest.approx({1: 0.02, 2: -0.05})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--modes", "sync,async"], "--modes takes a comma-separated list of sync, local, independent, "
+                                "horovod; got 'async'"),
+    (["--n-sync", "10,0"], "--n-sync must be positive integers separated by commas, got '10,0'"),
+    (["--workers", "two"], "--workers must be positive integers"),
+    (["--steps", "0"], "--steps, --warmup-steps and --window must be positive"),
+    (["--synthetic-shape", "28x28"], "--synthetic-shape must look like 32x32x3"),
+    (["--model", "vgg"], "--model must be one of"),
+    (["--hostfile", "/nonexistent/hosts"], "--hostfile not found: /nonexistent/hosts"),
+])
+def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tmp_path):
+    assert main(["bench", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "bench.json")
+
+
+@pytest.mark.multiprocess
+def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
+    out = tmp_path / "bench"
+    bin_dir = os.path.dirname(sys.executable)
+    result = subprocess.run(
+        [os.path.join(bin_dir, "hvdtrain"), "bench", "--model", "lenet", "--batch-size", "32",
+         "--workers", "1,2", "--modes", "sync,local,independent,horovod", "--n-sync", "4",
+         "--steps", "12", "--warmup-steps", "3", "--window", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"]))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "bench.json").read_text())
+    rows = report["rows"]
+    assert [(r["workers"], r["label"]) for r in rows] == [
+        (w, label) for w in (1, 2) for label in ("sync", "local, n_sync 4", "independent", "horovod")]
+    for row in rows:
+        assert row["total_images_per_sec"] > 0 and row["total_ci95"] >= 0
+        assert row["total_images_per_sec"] == pytest.approx(
+            row["workers"] * row["per_worker_images_per_sec"])
+        assert row["timed_steps"] == 12 and 0.0 <= row["communication_share"] <= 1.0
+        assert row["parameters"] == 61_706
+    by = {(r["workers"], r["mode"]): r for r in rows}
+    gradient_bytes = 61_706 * 4
+    assert by[(2, "sync")]["bytes_per_step"] == by[(2, "horovod")]["bytes_per_step"] == gradient_bytes
+    # One round of weights every 4 steps; nothing without a peer or without rounds.
+    assert by[(2, "local")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
+    assert by[(2, "sync")]["communication_share"] > 0
+    assert by[(2, "independent")]["bytes_per_step"] == by[(1, "sync")]["bytes_per_step"] == 0
+    assert all(by[(1, m)]["speedup"] == 1.0 for m in ("sync", "local", "independent", "horovod"))
+    assert by[(2, "sync")]["efficiency"] == pytest.approx(by[(2, "sync")]["speedup"] / 2)
+    assert set(report["horovod_reference_over_sync"]) == {"1", "2"}
+    assert report["machine"]["cpus"] >= 1 and report["machine"]["horovod"] == "0.28.1"
+    with open(out / "bench.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == 8 and float(table[4]["total_images_per_sec"]) > 0
+    assert "| lenet | local, n_sync 4 | 2 |" in result.stdout
