@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from hvdtrain.benchmarks.scaling import (add_scaling, communication_share, exchanges_in,
-                                         overhead_against_reference, rounded_steps, window_rates,
-                                         worker_throughput)
+from hvdtrain.benchmarks.scaling import (add_scaling, combine_repeats, communication_share,
+                                         exchanges_in, overhead_against_reference, rounded_steps,
+                                         window_rates, worker_throughput)
 from hvdtrain.cli import main
 
 
@@ -56,6 +56,19 @@ def test_communication_share_is_timed_exchanges_over_step_time():
     assert communication_share(0.002, 0, 50, 0.010) == 0.0
 
 
+def test_repeats_combine_into_their_mean_with_an_interval_from_their_spread():
+    base = dict(workers=2, step_seconds=0.1, seconds_per_exchange=0.01, communication_share=0.1,
+                total_ci95=1.0, per_worker_ci95=0.5)
+    rows = [dict(base, total_images_per_sec=r, per_worker_images_per_sec=r / 2)
+            for r in (100.0, 110.0, 120.0)]
+    combined = combine_repeats(rows)
+    assert combined["total_images_per_sec"] == pytest.approx(110.0)
+    assert combined["per_worker_images_per_sec"] == pytest.approx(55.0)
+    assert combined["total_ci95"] == pytest.approx(4.303 * 10 / 3 ** 0.5)  # t(2) · sd / √n
+    assert combined["repeats"] == 3 and combined["repeat_images_per_sec"] == [100.0, 110.0, 120.0]
+    assert combine_repeats(rows[:1]) == dict(rows[0], repeats=1)
+
+
 def _row(mode, workers, rate, n_sync=None):
     return dict(model="lenet", batch_per_worker=64, mode=mode, n_sync=n_sync, workers=workers,
                 total_images_per_sec=rate)
@@ -79,7 +92,8 @@ def test_overhead_is_the_reference_rate_over_hvdtrains_minus_one():
                                 "horovod; got 'async'"),
     (["--n-sync", "10,0"], "--n-sync must be positive integers separated by commas, got '10,0'"),
     (["--workers", "two"], "--workers must be positive integers"),
-    (["--steps", "0"], "--steps, --warmup-steps and --window must be positive"),
+    (["--steps", "0"], "--steps, --warmup-steps, --window and --repeats must be positive"),
+    (["--repeats", "0"], "--steps, --warmup-steps, --window and --repeats must be positive"),
     (["--synthetic-shape", "28x28"], "--synthetic-shape must look like 32x32x3"),
     (["--model", "vgg"], "--model must be one of"),
     (["--hostfile", "/nonexistent/hosts"], "--hostfile not found: /nonexistent/hosts"),
@@ -98,7 +112,8 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     result = subprocess.run(
         [os.path.join(bin_dir, "hvdtrain"), "bench", "--model", "lenet", "--batch-size", "32",
          "--workers", "1,2", "--modes", "sync,local,independent,horovod", "--n-sync", "4",
-         "--steps", "12", "--warmup-steps", "3", "--window", "4", "--out", str(out)],
+         "--steps", "12", "--warmup-steps", "3", "--window", "4", "--repeats", "2",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=600,
         env=dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"]))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -111,6 +126,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
         assert row["total_images_per_sec"] == pytest.approx(
             row["workers"] * row["per_worker_images_per_sec"])
         assert row["timed_steps"] == 12 and 0.0 <= row["communication_share"] <= 1.0
+        assert row["repeats"] == 2 and len(row["repeat_images_per_sec"]) == 2
         assert row["parameters"] == 61_706
     by = {(r["workers"], r["mode"]): r for r in rows}
     gradient_bytes = 61_706 * 4

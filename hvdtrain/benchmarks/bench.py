@@ -24,8 +24,8 @@ DESCRIPTION = """\
 Training throughput of one model on random images held in memory, so only the
 model, the optimizer and the communication are measured. Every setup trains through
 the same code as `hvdtrain train`; the first --warmup-steps steps are not timed.
-Reports images/sec per worker and in total (mean and 95% interval over windows of
---window steps), the share of a step spent in allreduce (the exchange timed on its
+Reports images/sec per worker and in total (mean and 95% interval: over windows of
+--window steps, or over --repeats measurements taken in turn), the share of a step spent in allreduce (the exchange timed on its
 own once training stops, times the exchanges per step), and bytes allreduced per
 step. Modes: sync (gradients averaged every step); local (weights averaged every
 --n-sync steps; one setup per value); independent (no communication at all: the
@@ -73,7 +73,12 @@ def add_parser(commands) -> None:
                         help="steps run before timing starts: tracing, pipeline start-up "
                              "(default: 10)")
     parser.add_argument("--window", type=int, default=10,
-                        help="steps per window for the 95%% intervals (default: 10)")
+                        help="steps per window for the 95%% intervals of a single measurement "
+                             "(default: 10)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="measure every setup this many times, taking turns; rates are then "
+                             "the mean and the 95%% intervals come from the spread between "
+                             "repeats (default: 1)")
     parser.add_argument("--out", default=None,
                         help="folder for bench.json, bench.csv and job logs "
                              "(default: runs/bench-<time>-<model>)")
@@ -81,10 +86,12 @@ def add_parser(commands) -> None:
 
 
 def _setups(args, cfg) -> list[dict]:
-    if args.steps <= 0 or args.warmup_steps <= 0 or args.window <= 0:
-        raise ConfigError(f"--steps, --warmup-steps and --window must be positive, got "
-                          f"{args.steps}, {args.warmup_steps} and {args.window}")
-    from hvdtrain.models import model_names  # imports TensorFlow: only once the options are sane
+    if min(args.steps, args.warmup_steps, args.window, args.repeats) <= 0:
+        raise ConfigError(f"--steps, --warmup-steps, --window and --repeats must be positive, got "
+                          f"{args.steps}, {args.warmup_steps}, {args.window} and {args.repeats}")
+    # The registry imports TensorFlow; its start-up notices belong in the jobs' logs, not here.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from hvdtrain.models import model_names
 
     if cfg.model not in model_names():
         raise ConfigError(f"--model must be one of {', '.join(model_names())}, got {cfg.model!r}")
@@ -111,15 +118,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
     out = args.out or os.path.join("runs", f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model}")
     os.makedirs(out, exist_ok=True)
-    setups_path = os.path.join(out, "setups.json")
-    with open(setups_path, "w", encoding="utf-8") as fh:
-        json.dump(setups, fh, indent=2)
+    plan_path = os.path.join(out, "plan.json")
+    with open(plan_path, "w", encoding="utf-8") as fh:
+        json.dump({"setups": setups, "repeats": args.repeats}, fh, indent=2)
     rows, host = [], {}
     for count in workers or [1]:
         results_path = os.path.join(out, f"results-w{count}.json")
         log_path = os.path.join(out, f"bench-w{count}.log")
         print(f"hvdtrain: benchmarking {cfg.model} on {count} worker(s); log: {log_path}", flush=True)
-        command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", setups_path, results_path]
+        command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", plan_path, results_path]
         result = run_job(horovodrun_command(count, command, args.hostfile), log_path)
         if result.returncode != 0 or not os.path.exists(results_path):
             raise HvdtrainError(f"the {count}-worker benchmark job failed (exit "
@@ -140,7 +147,7 @@ def _measure_this_job(args, setups, workers) -> int:
     if workers and workers != [comm.size()]:
         raise ConfigError(f"--workers {args.workers} under horovodrun, which started "
                           f"{comm.size()}; leave --workers out, or run bench without horovodrun")
-    rows, host = run_setups([Setup(**s) for s in setups])
+    rows, host = run_setups([Setup(**s) for s in setups], args.repeats)
     if comm.is_chief():
         out = args.out or os.path.join("runs", f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
         os.makedirs(out, exist_ok=True)
@@ -151,7 +158,7 @@ def _measure_this_job(args, setups, workers) -> int:
 CSV_COLUMNS = ("model", "label", "mode", "n_sync", "workers", "batch_per_worker", "shape",
                "total_images_per_sec", "total_ci95", "per_worker_images_per_sec", "per_worker_ci95",
                "speedup", "efficiency", "step_seconds", "communication_share", "bytes_per_step",
-               "seconds_per_exchange", "timed_steps", "parameters")
+               "seconds_per_exchange", "timed_steps", "repeats", "parameters")
 
 
 def _report(rows: list[dict], host: dict, out: str) -> None:

@@ -102,3 +102,22 @@ def overhead_against_reference(rows: list[dict], mode: str = "sync",
             by_workers.setdefault(row["workers"], {})[row["mode"]] = row["total_images_per_sec"]
     return {workers: rates[reference] / rates[mode] - 1.0
             for workers, rates in sorted(by_workers.items()) if len(rates) == 2}
+
+
+def combine_repeats(rows: list[dict]) -> dict:
+    """One row from several measurements of the same setup.
+
+    Rates are the mean over repeats and the intervals come from the spread between
+    repeats, which (unlike windows within one run) also covers drift of the machine.
+    A single measurement is returned as it is, with its window-based intervals.
+    """
+    if len(rows) == 1:
+        return dict(rows[0], repeats=1)
+    totals = [r["total_images_per_sec"] for r in rows]
+    total, total_ci = mean_ci95(totals)
+    workers = rows[0]["workers"]
+    averaged = {key: sum(r[key] for r in rows) / len(rows)
+                for key in ("step_seconds", "seconds_per_exchange", "communication_share")}
+    return dict(rows[0], **averaged, repeats=len(rows), repeat_images_per_sec=totals,
+                total_images_per_sec=total, total_ci95=total_ci,
+                per_worker_images_per_sec=total / workers, per_worker_ci95=total_ci / workers)

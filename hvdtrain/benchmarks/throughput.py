@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.benchmarks.scaling import (communication_share, exchanges_in, rounded_steps,
-                                         worker_throughput)
+from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
+                                         rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import StepTimer, all_workers, seconds_per_call
 from hvdtrain.config import load_config, parse_shape
 from hvdtrain.keras.state import ModelStateAverager, variable_bytes
@@ -131,26 +131,29 @@ def machine() -> dict:
             "horovod": horovod.__version__}
 
 
-def run_setups(setups: list[Setup]) -> tuple[list[dict], dict]:
-    """Measure each setup in this job; (rows, machine) on every worker."""
+def run_setups(setups: list[Setup], repeats: int = 1) -> tuple[list[dict], dict]:
+    """Measure each setup `repeats` times in this job, taking turns so that a slow spell
+    of the machine hits every setup alike; (rows, machine) on every worker."""
     comm.init()
-    rows = []
-    for setup in setups:
-        row = measure(setup)
-        rows.append(row)
-        if comm.is_chief():
-            print(f"hvdtrain: {setup.model} {setup.label}, {row['workers']} worker(s): "
-                  f"{row['total_images_per_sec']:.1f} ± {row['total_ci95']:.1f} images/sec",
-                  flush=True)
-    return rows, machine()
+    measured: list[list[dict]] = [[] for _ in setups]
+    for repeat in range(repeats):
+        for setup, rows in zip(setups, measured):
+            row = measure(setup)
+            rows.append(row)
+            if comm.is_chief():
+                print(f"hvdtrain: {setup.model} {setup.label}, {row['workers']} worker(s), "
+                      f"repeat {repeat + 1}/{repeats}: {row['total_images_per_sec']:.1f} ± "
+                      f"{row['total_ci95']:.1f} images/sec", flush=True)
+    return [combine_repeats(rows) for rows in measured], machine()
 
 
 def main(argv: list[str]) -> int:
-    """Job entry point: `python -m hvdtrain.benchmarks.throughput SETUPS.json RESULTS.json`."""
-    setups_path, results_path = argv
-    with open(setups_path, encoding="utf-8") as fh:
-        setups = [Setup(**s) for s in json.load(fh)]
-    rows, host = run_setups(setups)
+    """Job entry point: `python -m hvdtrain.benchmarks.throughput PLAN.json RESULTS.json`,
+    the plan holding {"setups": [...], "repeats": R}."""
+    plan_path, results_path = argv
+    with open(plan_path, encoding="utf-8") as fh:
+        plan = json.load(fh)
+    rows, host = run_setups([Setup(**s) for s in plan["setups"]], plan["repeats"])
     if comm.is_chief():
         with open(results_path, "w", encoding="utf-8") as fh:
             json.dump({"rows": rows, "machine": host}, fh)
