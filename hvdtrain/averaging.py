@@ -94,3 +94,25 @@ def outer_step(x0, x_avg, momentum_buffer, inner_lr, outer_lr: float, outer_mome
     new_buffer = outer_momentum * momentum_buffer + outer_grad
     direction = outer_momentum * new_buffer + outer_grad if nesterov else new_buffer
     return x0 - outer_lr * inner_lr * direction, new_buffer
+
+
+def gradient_buckets(sizes: Sequence[int], cap_bytes: float) -> list[list[int]]:
+    """Indices of gradients grouped for allreduce, last layer first, each group up to
+    `cap_bytes` (a single larger gradient gets a group of its own; cap 0: one group).
+
+    Back-propagation produces the last layers' gradients first; a group can go out as
+    soon as its own gradients exist, while earlier layers are still being computed.
+    """
+    order = list(reversed(range(len(sizes))))
+    if cap_bytes <= 0:
+        return [order] if order else []
+    buckets: list[list[int]] = []
+    filled = 0.0
+    for i in order:
+        if buckets and filled + sizes[i] <= cap_bytes:
+            buckets[-1].append(i)
+            filled += sizes[i]
+        else:
+            buckets.append([i])
+            filled = sizes[i]
+    return buckets

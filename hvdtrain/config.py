@@ -94,6 +94,9 @@ class TrainConfig:
                "TF_XLA_FLAGS=--tf_xla_cpu_global_jit)")
     fp16_allreduce: bool = _opt(
         False, "send gradients and weights through allreduce as float16 (half the bytes)")
+    bucket_mb: float = _opt(
+        25.0, "sync mode: average gradients in groups of about this many MB, last layers "
+              "first, so early groups travel while back-propagation goes on (0: one group)")
 
     # Output and fault tolerance.
     out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)")
@@ -151,6 +154,7 @@ class TrainConfig:
         _positive_float(self, "base_lr")
         _non_negative_float(self, "warmup_epochs")
         _non_negative_float(self, "weight_decay")
+        _non_negative_float(self, "bucket_mb")
         _fraction(self, "momentum")
         _fraction(self, "outer_momentum")
         _positive_float(self, "outer_lr")

@@ -64,3 +64,17 @@ def test_nesterov_outer_step_looks_ahead():
                       nesterov=True)
     # g = 1, u = 0.5 + 1 = 1.5, step = 0.5 * 1.5 + 1 = 1.75 -> x = 1 - 0.175
     np.testing.assert_allclose([u[0], x[0]], [1.5, 0.825])
+
+
+def test_gradient_buckets_start_from_the_last_layer_and_respect_the_cap():
+    from hvdtrain.averaging import gradient_buckets
+
+    sizes = [10, 40, 5, 30, 20]
+    assert gradient_buckets(sizes, 50) == [[4, 3], [2, 1], [0]]
+    # A gradient larger than the cap travels alone; cap 0 is one group of everything.
+    assert gradient_buckets(sizes, 25) == [[4], [3], [2], [1], [0]]
+    assert gradient_buckets(sizes, 0) == [[4, 3, 2, 1, 0]]
+    assert gradient_buckets(sizes, 1e9) == [[4, 3, 2, 1, 0]]
+    assert gradient_buckets([], 50) == []
+    # Every gradient in exactly one group.
+    assert sorted(i for b in gradient_buckets(sizes, 45) for i in b) == list(range(5))

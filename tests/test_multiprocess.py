@@ -23,6 +23,8 @@ RESNET_TINY = dict(model="resnet20", batch_size=8, epochs=1, steps_per_epoch=5, 
 RUNS = {
     "sync": dict(model="lenet", batch_size=16, epochs=2, steps_per_epoch=8),
     "plain_sync": dict(PLAIN_SGD),
+    # 0.01 MB: every LeNet gradient but the smallest travels in a group of its own.
+    "plain_sync_buckets": dict(PLAIN_SGD, bucket_mb=0.01),
     "plain_local1": dict(PLAIN_SGD, mode="local", n_sync=1),
     "plain_local3": dict(PLAIN_SGD, mode="local", n_sync=3),
     "slowmo_identity": dict(PLAIN_SGD, mode="local", n_sync=3, outer_optimizer="slowmo",
@@ -128,6 +130,15 @@ def test_summary_reports_the_run(trained):
     # Every step averaged every gradient: 61,706 float32 parameters.
     assert summary["sync_count"] == 16
     assert summary["bytes_allreduced"] == 16 * 61_706 * 4
+
+
+def test_gradient_groups_change_how_gradients_travel_not_what_is_learned(trained):
+    _, results, _ = trained
+    _assert_same_on_both_ranks(results["plain_sync_buckets"], "trainable", atol=0)
+    np.testing.assert_allclose(results["plain_sync_buckets"][0]["trainable"],
+                               results["plain_sync"][0]["trainable"], rtol=1e-5, atol=1e-7)
+    assert results["plain_sync_buckets"][0]["summary"]["bytes_allreduced"] == \
+        results["plain_sync"][0]["summary"]["bytes_allreduced"]
 
 
 def test_sync_mode_averages_batchnorm_statistics_at_epoch_end(trained):

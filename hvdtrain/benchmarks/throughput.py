@@ -45,6 +45,7 @@ class Setup:
     xla: bool = False
     mixed_precision: bool = False
     fp16_allreduce: bool = False
+    bucket_mb: float = 25.0
 
     @property
     def label(self) -> str:
@@ -62,7 +63,7 @@ def _train_config(setup: Setup, total_steps: int, out: str):
         # Random labels: a small constant rate keeps every model finite.
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
-        fp16_allreduce=setup.fp16_allreduce, out=out))
+        fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb, out=out))
 
 
 def measure(setup: Setup) -> dict:

@@ -14,6 +14,11 @@ from __future__ import annotations
 import tensorflow as tf
 
 from hvdtrain import comm
+from hvdtrain.averaging import gradient_buckets
+
+# Like PyTorch DDP's default bucket: large enough to amortise a round trip, small enough
+# that the last layers' gradients go out while the first layers are still computing.
+DEFAULT_BUCKET_MB = 25.0
 
 _CLASS_CACHE: dict[type, type] = {}
 
@@ -21,9 +26,11 @@ _CLASS_CACHE: dict[type, type] = {}
 class GradientAveragingMixin:
     """Put before a Keras optimizer class; adds `averaging_enabled` and `averaged_steps`."""
 
-    def __init__(self, *args, averaging: bool = True, fp16_allreduce: bool = False, **kwargs):
+    def __init__(self, *args, averaging: bool = True, fp16_allreduce: bool = False,
+                 bucket_mb: float = DEFAULT_BUCKET_MB, **kwargs):
         super().__init__(*args, **kwargs)
         self.fp16_allreduce = fp16_allreduce
+        self.bucket_mb = bucket_mb
         # Plain tf.Variables, not optimizer slots: they are not in `optimizer.variables`,
         # so broadcasting or averaging the optimizer state leaves them alone.
         self.averaging_enabled = tf.Variable(averaging, trainable=False, dtype=tf.bool,
@@ -38,9 +45,18 @@ class GradientAveragingMixin:
         present = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
         grads = [tf.convert_to_tensor(grads_and_vars[i][0]) for i in present]
 
+        sizes = [g.shape.num_elements() * g.dtype.size for g in grads]
+        buckets = gradient_buckets(sizes, self.bucket_mb * 1e6)
+
         def averaged():
             self.averaged_steps.assign_add(1)
-            return tuple(comm.average(grads, name="gradients", fp16=self.fp16_allreduce))
+            result = [None] * len(grads)
+            for k, bucket in enumerate(buckets):
+                means = comm.average([grads[i] for i in bucket], name=f"gradients_{k}",
+                                     fp16=self.fp16_allreduce)
+                for i, mean in zip(bucket, means):
+                    result[i] = mean
+            return tuple(result)
 
         averaged_grads = tf.cond(self.averaging_enabled, averaged, lambda: tuple(grads))
         result = list(grads_and_vars)
@@ -60,7 +76,8 @@ def gradient_averaging_class(optimizer_class: type) -> type:
     return _CLASS_CACHE[optimizer_class]
 
 
-def with_gradient_averaging(optimizer, averaging: bool = True, fp16_allreduce: bool = False):
+def with_gradient_averaging(optimizer, averaging: bool = True, fp16_allreduce: bool = False,
+                            bucket_mb: float = DEFAULT_BUCKET_MB):
     """A new optimizer like `optimizer` (same class and config) that averages gradients.
 
     Call before `model.compile`; the original optimizer must not have been used yet.
@@ -71,7 +88,7 @@ def with_gradient_averaging(optimizer, averaging: bool = True, fp16_allreduce: b
     if isinstance(config.get("learning_rate"), dict):
         config["learning_rate"] = tf.keras.optimizers.schedules.deserialize(
             config["learning_rate"])
-    return cls(averaging=averaging, fp16_allreduce=fp16_allreduce, **config)
+    return cls(averaging=averaging, fp16_allreduce=fp16_allreduce, bucket_mb=bucket_mb, **config)
 
 
 def has_gradient_averaging(optimizer) -> bool:

@@ -28,7 +28,8 @@ def make_optimizer(cfg: TrainConfig, learning_rate, averaging: bool):
     if cfg.weight_decay:
         kwargs["weight_decay"] = cfg.weight_decay
     optimizer = gradient_averaging_class(base)(learning_rate=learning_rate, averaging=averaging,
-                                               fp16_allreduce=cfg.fp16_allreduce, **kwargs)
+                                               fp16_allreduce=cfg.fp16_allreduce,
+                                               bucket_mb=cfg.bucket_mb, **kwargs)
     if cfg.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY_NAMES)
     if cfg.mixed_precision:
