@@ -39,3 +39,21 @@ def test_existing_run_is_refused(tmp_path):
     assert existing_run_problem(str(tmp_path / "new")) is None
     (tmp_path / "config.yaml").write_text("x: 1\n")
     assert "already holds a run" in existing_run_problem(str(tmp_path))
+
+
+def test_finished_files_and_checkpoints_get_the_usual_permissions_not_private_ones(tmp_path):
+    import stat
+
+    import tensorflow as tf
+
+    from hvdtrain.training.checkpoints import CheckpointStore, Progress
+
+    old = os.umask(0o022)
+    try:
+        write_json(str(tmp_path / "summary.json"), {"v": 1})
+        checkpoint = CheckpointStore(str(tmp_path / "checkpoints")).save(
+            tf.train.Checkpoint(v=tf.Variable(1.0)), Progress(1, 10, 1, 8))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "summary.json").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(checkpoint).st_mode) == 0o755

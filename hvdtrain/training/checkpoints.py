@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 
 import tensorflow as tf
 
+from hvdtrain.training.run_folder import usual_mode
+
 
 STATE_PREFIX = "state"
 META = "meta.json"
@@ -86,6 +88,7 @@ class CheckpointStore:
             final = self.path_for(progress.step)
             if os.path.exists(final):  # the same step saved again (e.g. after a resume)
                 shutil.rmtree(final)
+            os.chmod(tmp, usual_mode(0o777))
             os.rename(tmp, final)
             _fsync_dir(self.folder)
         except BaseException:

@@ -26,6 +26,18 @@ def default_run_dir(model: str, mode: str, root: str = "runs") -> str:
     return os.path.join(root, f"{time.strftime('%Y%m%d-%H%M%S')}-{model}-{mode}")
 
 
+def usual_mode(mode: int) -> int:
+    """`mode` less the process umask: what open() or mkdir() would have given.
+
+    Temporary files and folders are created private (0600, 0700); a run folder's
+    files should be as readable as any other the user writes, e.g. by the group on a
+    shared cluster.
+    """
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return mode & ~umask
+
+
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
     """Call `write(tmp_path)`, then move the finished file to `path`."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -36,6 +48,7 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
         write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, usual_mode(0o666))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
