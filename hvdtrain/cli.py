@@ -101,9 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="read the shard of rank 0 among this many workers (default: 1)")
     bench.set_defaults(handler=_data_bench)
 
-    from hvdtrain.benchmarks import bench as model_bench
+    from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves
 
     model_bench.add_parser(commands)
+    experiments.add_parser(commands)
+    learning_curves.add_parser(commands)
     return parser
 
 

@@ -143,3 +143,20 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
         table = list(csv.DictReader(fh))
     assert len(table) == 8 and float(table[4]["total_images_per_sec"]) > 0
     assert "| lenet | local, n_sync 4 | 2 |" in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_bench_under_horovodrun_measures_that_job(tmp_path):
+    from conftest import horovodrun
+
+    out = tmp_path / "bench"
+    horovodrun("hvdtrain", "bench", "--modes", "sync,local", "--n-sync", "2", "--steps", "4",
+               "--warmup-steps", "2", "--window", "2", "--batch-size", "16", "--out", str(out))
+    rows = json.loads((out / "bench.json").read_text())["rows"]
+    assert [(r["workers"], r["label"]) for r in rows] == [(2, "sync"), (2, "local, n_sync 2")]
+    assert rows[1]["exchanges_timed"] == 2 and rows[0]["exchanges_timed"] == 4
+    # Asking for another size than horovodrun started is one clear line on every rank.
+    wrong = horovodrun("hvdtrain", "bench", "--workers", "4", "--out", str(tmp_path / "x"),
+                       check=False)
+    assert wrong.returncode != 0
+    assert "--workers 4 under horovodrun, which started 2" in wrong.stderr + wrong.stdout

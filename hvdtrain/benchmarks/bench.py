@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import sys
@@ -16,7 +14,8 @@ from hvdtrain.config import load_config, parse_choice_list, parse_int_list, pars
 from hvdtrain.errors import ConfigError, HvdtrainError
 
 MODES = ("sync", "local", "independent", "horovod")
-CONFIG_OPTIONS = ("model", "batch_size", "seed", "xla", "mixed_precision", "fp16_allreduce")
+CONFIG_OPTIONS = ("model", "batch_size", "seed", "xla", "mixed_precision", "fp16_allreduce",
+                  "bucket_mb")
 DEFAULT_SHAPES = {"lenet": "28x28x1", "resnet20": "32x32x3", "resnet32": "32x32x3",
                   "resnet56": "32x32x3"}
 
@@ -99,7 +98,8 @@ def _setups(args, cfg) -> list[dict]:
     parse_shape(shape)
     common = dict(model=cfg.model, batch_size=cfg.batch_size, shape=shape, steps=args.steps,
                   warmup_steps=args.warmup_steps, window=args.window, seed=cfg.seed, xla=cfg.xla,
-                  mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce)
+                  mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce,
+                  bucket_mb=cfg.bucket_mb)
     setups = []
     for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode == "local" else [None]
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return _measure_this_job(args, setups, workers)
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
-    out = args.out or os.path.join("runs", f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model}")
+    out = args.out or _default_out(cfg.model)
     os.makedirs(out, exist_ok=True)
     plan_path = os.path.join(out, "plan.json")
     with open(plan_path, "w", encoding="utf-8") as fh:
@@ -139,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_out(model: str) -> str:
+    return os.path.join("runs", f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{model}")
+
+
 def _measure_this_job(args, setups, workers) -> int:
     from hvdtrain import comm
     from hvdtrain.benchmarks.throughput import Setup, run_setups
@@ -149,7 +153,7 @@ def _measure_this_job(args, setups, workers) -> int:
                           f"{comm.size()}; leave --workers out, or run bench without horovodrun")
     rows, host = run_setups([Setup(**s) for s in setups], args.repeats)
     if comm.is_chief():
-        out = args.out or os.path.join("runs", f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
+        out = args.out or _default_out(setups[0]["model"])
         os.makedirs(out, exist_ok=True)
         _report(rows, host, out)
     return 0
@@ -163,22 +167,14 @@ CSV_COLUMNS = ("model", "label", "mode", "n_sync", "workers", "batch_per_worker"
 
 def _report(rows: list[dict], host: dict, out: str) -> None:
     """Scaling columns, then bench.json, bench.csv and a table on stdout."""
-    from hvdtrain.training.run_folder import atomic_write, write_json
+    from hvdtrain.training.run_folder import write_csv, write_json
 
     add_scaling(rows)
     overhead = overhead_against_reference(rows)
     write_json(os.path.join(out, "bench.json"), {
         "command": ["hvdtrain", *sys.argv[1:]], "machine": host, "rows": rows,
         "horovod_reference_over_sync": {str(k): v for k, v in overhead.items()}})
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-
-    def write_csv(tmp):
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text.getvalue())
-    atomic_write(os.path.join(out, "bench.csv"), write_csv)
+    write_csv(os.path.join(out, "bench.csv"), rows, CSV_COLUMNS)
     print(format_table(rows))
     for count, ratio in overhead.items():
         print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} images/sec")

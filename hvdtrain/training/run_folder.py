@@ -7,6 +7,7 @@ half-written config, summary or checkpoint.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import tempfile
@@ -62,6 +63,21 @@ def write_json(path: str, data: dict[str, Any]) -> None:
             json.dump(data, fh, indent=2, sort_keys=True)
             fh.write("\n")
     atomic_write(path, write)
+
+
+def write_csv(path: str, rows: list[dict[str, Any]], columns=None) -> None:
+    """A table with a header line; `columns` (default: the first row's keys) in order."""
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(columns or rows[0]), extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+    atomic_write(path, write)
+
+
+def read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
 
 
 def append_jsonl(path: str, record: dict[str, Any]) -> None:

@@ -1,0 +1,158 @@
+"""`hvdtrain sweep`: Paine et al.'s (2013) experiments 2 and 3 on your model and data.
+
+A grid of real training runs, one job at a time so that wall times are honest:
+worker counts × n_sync × cold or warm start. A warm start here is synchronous
+training for --warm-start-steps steps before going local (the paper trained on one
+GPU first; for that, train one worker and pass its weights as --init-weights). One
+worker has no local phase, so it is one run, the reference. Every run is an ordinary
+`hvdtrain train` run folder under OUT/runs/; a sweep started again skips the runs
+that finished and resumes the one that stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
+from hvdtrain.benchmarks.learning_curves import PAPER_WINDOW, load_curve, plot_runs
+from hvdtrain.config import TrainConfig, load_config, parse_choice_list, parse_int_list
+from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.stats import sliding_mean
+from hvdtrain.training import run_folder
+
+STARTS = ("cold", "warm")
+# Set by the grid, or meaningless for a sweep.
+GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "out", "resume", "elastic",
+                "elastic_commit_every"}
+BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIONS)
+SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
+                   "sync_count", "total_steps")
+COLUMNS = ("name", "workers", "n_sync", "start", "final_training_error", *SUMMARY_COLUMNS)
+
+
+@dataclass(frozen=True)
+class GridRun:
+    name: str
+    workers: int
+    n_sync: int | None  # None: one worker, synchronous
+    start: str
+
+    def train_options(self, warm_start_steps: int) -> list[str]:
+        if self.n_sync is None:
+            return ["--mode", "sync"]
+        options = ["--mode", "local", "--n-sync", str(self.n_sync)]
+        if self.start == "warm":
+            options += ["--warm-start-steps", str(warm_start_steps)]
+        return options
+
+
+def grid(workers: list[int], n_syncs: list[int], starts: list[str]) -> list[GridRun]:
+    runs = []
+    for count in dict.fromkeys(workers):
+        if count == 1:
+            runs.append(GridRun("w1", 1, None, "cold"))
+            continue
+        for n_sync in dict.fromkeys(n_syncs):
+            for start in dict.fromkeys(starts):
+                runs.append(GridRun(f"w{count}-n{n_sync}-{start}", count, n_sync, start))
+    return runs
+
+
+def add_parser(commands) -> None:
+    from hvdtrain.cli import _add_config_options
+
+    parser = commands.add_parser(
+        "sweep", help="learning curves over workers × n_sync × cold/warm start",
+        description=__doc__.split("\n\n")[1],
+        epilog="example:\n  hvdtrain sweep --out runs/sweep --workers 1,2 --n-sync 1,10,100,600 "
+               "--batch-size 32 --epochs 3", formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="sweep folder: runs/, logs, tables, plots")
+    parser.add_argument("--workers", default="1,2", help="worker counts (default: 1,2)")
+    parser.add_argument("--n-sync", default="1,10,100,600",
+                        help="local-SGD periods for more than one worker (default: 1,10,100,600)")
+    parser.add_argument("--start", default="cold,warm",
+                        help="cold (local from the first step) and/or warm (synchronous first) "
+                             "(default: cold,warm)")
+    parser.add_argument("--warm-start-steps", type=int, default=200,
+                        help="synchronous steps of a warm start (default: 200)")
+    parser.add_argument("--window", type=int, default=PAPER_WINDOW,
+                        help=f"smoothing window of the plots, in minibatches (default: "
+                             f"{PAPER_WINDOW}, as in the paper)")
+    parser.add_argument("--hostfile", default=None,
+                        help="horovodrun hostfile; a K-worker run takes its first K slots "
+                             "(default: all workers on this machine)")
+    parser.add_argument("--config", metavar="FILE.yaml", default=None,
+                        help="training options shared by every run; the options below override it")
+    _add_config_options(parser, BASE_OPTIONS)
+    parser.set_defaults(handler=run)
+
+
+def _failure(run: GridRun, code: int, log_path: str) -> HvdtrainError:
+    """The job's own one-line error, if it printed one, and where its log is."""
+    reason = ""
+    if os.path.isfile(log_path):
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            errors = [line.split("hvdtrain: error: ", 1)[1].strip() for line in fh
+                      if "hvdtrain: error: " in line]
+        reason = f": {errors[-1]}" if errors else ""
+    return HvdtrainError(f"sweep run {run.name} failed (exit {code}){reason}; log: {log_path}")
+
+
+def _row(run: GridRun, run_dir: str, window: int) -> dict:
+    summary = run_folder.read_json(os.path.join(run_dir, run_folder.SUMMARY))
+    curve = load_curve(run_dir)
+    return {"name": run.name, "workers": run.workers, "n_sync": run.n_sync or "",
+            "start": run.start, "final_training_error": sliding_mean(curve.error, window)[-1],
+            **{k: summary[k] for k in SUMMARY_COLUMNS}}
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = {name: getattr(args, name) for name in BASE_OPTIONS if hasattr(args, name)}
+    base = load_config(args.config, overrides)
+    runs = grid(parse_int_list(args.workers, "--workers"), parse_int_list(args.n_sync, "--n-sync"),
+                parse_choice_list(args.start, "--start", STARTS))
+    if args.window <= 0:
+        raise ConfigError(f"--window must be a positive number of minibatches, got {args.window}")
+    if "warm" in args.start and args.warm_start_steps <= 0:
+        raise ConfigError(f"--warm-start-steps must be positive for a warm start, got "
+                          f"{args.warm_start_steps}")
+    if args.hostfile and not os.path.isfile(args.hostfile):
+        raise ConfigError(f"--hostfile not found: {args.hostfile}")
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    base_path = os.path.join(args.out, "base.yaml")
+    run_folder.atomic_write(base_path, base.save_yaml)
+
+    rows = []
+    for number, grid_run in enumerate(runs, start=1):
+        run_dir = os.path.join(args.out, "runs", grid_run.name)
+        if not os.path.exists(os.path.join(run_dir, run_folder.SUMMARY)):
+            log_path = run_dir + ".log"
+            print(f"hvdtrain: sweep run {number}/{len(runs)}: {grid_run.name}; log: {log_path}",
+                  flush=True)
+            command = [tool("hvdtrain"), "train", "--config", base_path,
+                       *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
+            result = run_job(horovodrun_command(grid_run.workers, command, args.hostfile), log_path)
+            if result.returncode != 0:
+                raise _failure(grid_run, result.returncode, log_path)
+        rows.append(_row(grid_run, run_dir, args.window))
+
+    run_folder.write_json(os.path.join(args.out, "sweep.json"),
+                          {"base_config": base.to_dict(), "window": args.window,
+                           "warm_start_steps": args.warm_start_steps, "runs": rows})
+    run_folder.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
+    plot_runs([os.path.join(args.out, "runs", r.name) for r in runs], args.out, args.window)
+    print(format_table(rows, args.window))
+    print(f"hvdtrain: wrote sweep.json, sweep.csv and the plots in {args.out}", flush=True)
+    return 0
+
+
+def format_table(rows: list[dict], window: int) -> str:
+    lines = [f"| run | workers | n_sync | start | test accuracy | training error (last {window}) | "
+             "wall s | MB allreduced |", "|" + "---|" * 8]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['workers']} | {r['n_sync'] or '–'} | {r['start']} | "
+                     f"{r['test_accuracy']:.2%} | {r['final_training_error']:.2%} | "
+                     f"{r['wall_seconds']:.0f} | {r['bytes_allreduced'] / 1e6:.1f} |")
+    return "\n".join(lines)

@@ -1,0 +1,210 @@
+"""`hvdtrain plot`: training-error curves of runs, smoothed as in Paine et al. (2013).
+
+Reads each run folder's steps.jsonl (every step's minibatch error) and config.yaml,
+smooths the error with a sliding mean over `window` minibatches (the paper used
+400), and draws it against steps and against wall time. Cold and warm starts get a
+panel each; a one-worker run, which has no local phase, appears in both as the
+reference. Every PNG comes with the CSV table it was drawn from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from hvdtrain.errors import ConfigError, DataError
+from hvdtrain.stats import sliding_mean
+from hvdtrain.training import run_folder
+
+PAPER_WINDOW = 400
+MAX_POINTS = 500  # per run in the CSV tables and plots; the curves are smooth by then
+AXES = {"steps": ("step", "training step (minibatches per worker)"),
+        "time": ("wall_seconds", "wall time (seconds)")}
+
+
+@dataclass
+class Curve:
+    """One run's per-step training error and what the run was."""
+
+    name: str
+    workers: int
+    mode: str
+    n_sync: int
+    warm_start_steps: int
+    step: list[int] = field(default_factory=list)
+    wall_seconds: list[float] = field(default_factory=list)
+    error: list[float] = field(default_factory=list)
+
+    @property
+    def start(self) -> str:
+        return "warm" if self.warm_start_steps > 0 else "cold"
+
+    @property
+    def label(self) -> str:
+        if self.workers == 1:
+            return "1 worker"
+        what = f"n_sync {self.n_sync}" if self.mode == "local" else "sync"
+        return f"{self.workers} workers, {what}"
+
+
+def load_curve(run_dir: str) -> Curve:
+    """A run folder's curve; DataError naming the folder if it has none."""
+    steps_path = os.path.join(run_dir, run_folder.STEPS)
+    config_path = os.path.join(run_dir, run_folder.CONFIG)
+    if not os.path.isfile(steps_path) or not os.path.isfile(config_path):
+        raise DataError(f"{run_dir} is not an hvdtrain run folder with {run_folder.STEPS} "
+                        f"and {run_folder.CONFIG}")
+    with open(config_path, encoding="utf-8") as fh:
+        config = yaml.safe_load(fh) or {}
+    summary_path = os.path.join(run_dir, run_folder.SUMMARY)
+    if os.path.isfile(summary_path):
+        workers = run_folder.read_json(summary_path)["workers"]
+    else:  # a run still going, or stopped: the workers of its last epoch
+        workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
+    curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
+                  config.get("mode", "sync"), int(config.get("n_sync", 1)),
+                  int(config.get("warm_start_steps", 0)) if config.get("mode") == "local" else 0)
+    with open(steps_path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash
+            curve.step.append(int(record["step"]))
+            curve.wall_seconds.append(float(record["wall_seconds"]))
+            curve.error.append(float(record["error"]))
+    if not curve.step:
+        raise DataError(f"{steps_path} holds no steps")
+    return curve
+
+
+def _last_record(path: str) -> dict:
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        lines = [line for line in fh if line.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        return {}
+
+
+def run_folders(paths: list[str]) -> list[str]:
+    """The run folders named, with a sweep folder standing for every run in its runs/."""
+    folders = []
+    for path in paths:
+        runs = os.path.join(path, "runs")
+        if os.path.isdir(runs) and not os.path.isfile(os.path.join(path, run_folder.STEPS)):
+            folders += sorted(os.path.join(runs, name) for name in os.listdir(runs)
+                              if os.path.isdir(os.path.join(runs, name)))
+        elif os.path.isdir(path):
+            folders.append(path)
+        else:
+            raise DataError(f"run folder not found: {path}")
+    if not folders:
+        raise DataError(f"no run folders in {', '.join(paths)}")
+    return folders
+
+
+def thinned(count: int, max_points: int = MAX_POINTS) -> list[int]:
+    """Evenly spread indices into a series of `count`, the last one always kept."""
+    if count <= max_points:
+        return list(range(count))
+    stride = count / max_points
+    return sorted({int(i * stride) for i in range(max_points)} | {count - 1})
+
+
+def panels(curves: list[Curve]) -> list[tuple[str, list[Curve]]]:
+    """(title, curves) per panel: cold and warm starts apart when both are present."""
+    starts = {c.start for c in curves if c.workers > 1}
+    if len(starts) < 2:
+        return [("", curves)]
+    return [(f"{start} start", [c for c in curves if c.workers == 1 or c.start == start])
+            for start in ("cold", "warm")]
+
+
+def smoothed_rows(curves: list[Curve], window: int, axis: str) -> list[dict]:
+    """The table behind one plot: each run's smoothed error at thinned points along `axis`."""
+    key = AXES[axis][0]
+    rows = []
+    for curve in curves:
+        smooth = sliding_mean(curve.error, window)
+        xs = getattr(curve, key)
+        for i in thinned(len(smooth)):
+            rows.append({"run": curve.name, "label": curve.label, "workers": curve.workers,
+                         "n_sync": curve.n_sync if curve.mode == "local" else "",
+                         "start": curve.start, key: xs[i], "smoothed_error": round(smooth[i], 6)})
+    return rows
+
+
+def _sort_key(curve: Curve):
+    return (curve.workers, curve.mode != "sync", curve.n_sync, curve.start)
+
+
+def draw(curves: list[Curve], window: int, axis: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key, xlabel = AXES[axis]
+    groups = panels(sorted(curves, key=_sort_key))
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.4 * len(groups), 4.6), sharey=True,
+                             squeeze=False)
+    colors = {}
+    for ax, (title, members) in zip(axes[0], groups):
+        for curve in members:
+            rows = smoothed_rows([curve], window, axis)
+            color = colors.setdefault(curve.label, f"C{len(colors) % 10}")
+            ax.plot([r[key] for r in rows], [r["smoothed_error"] for r in rows],
+                    label=curve.label, color=color,
+                    linestyle="--" if curve.workers == 1 else "-", linewidth=1.4)
+        ax.set_xlabel(xlabel)
+        ax.set_title(title or f"training error, {window}-minibatch sliding mean")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel(f"training error ({window}-minibatch sliding mean)")
+    if len(groups) > 1:
+        fig.suptitle(f"Training error against {'steps' if axis == 'steps' else 'wall time'}")
+    fig.tight_layout()
+    run_folder.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+
+def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW) -> list[str]:
+    """Both plots and their tables for these run folders; returns the files written."""
+    if window <= 0:
+        raise ConfigError(f"--window must be a positive number of minibatches, got {window}")
+    curves = [load_curve(folder) for folder in folders]
+    os.makedirs(out, exist_ok=True)
+    written = []
+    for axis in AXES:
+        stem = os.path.join(out, f"training_error_vs_{axis}")
+        run_folder.write_csv(stem + ".csv", smoothed_rows(sorted(curves, key=_sort_key), window, axis))
+        draw(curves, window, axis, stem + ".png")
+        written += [stem + ".png", stem + ".csv"]
+    return written
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "plot", help="training-error curves of runs or a sweep, as PNG and CSV",
+        description=__doc__.split("\n\n")[1].replace("\n", " "))
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
+                        help="run folders of hvdtrain train, or sweep folders (all their runs)")
+    parser.add_argument("--window", type=int, default=PAPER_WINDOW,
+                        help=f"sliding-mean window in minibatches (default: {PAPER_WINDOW}, "
+                             "as in Paine et al. 2013)")
+    parser.add_argument("--out", default=None,
+                        help="folder for the PNG and CSV files (default: the first folder given)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    written = plot_runs(run_folders(args.runs), args.out or args.runs[0], args.window)
+    print("hvdtrain: wrote " + ", ".join(written), flush=True)
+    return 0

@@ -1,0 +1,171 @@
+"""`hvdtrain sweep` and `hvdtrain plot`: the grid, the curves, the files, one real sweep."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from hvdtrain.benchmarks.experiments import GridRun, grid
+from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels, plot_runs,
+                                                 run_folders, smoothed_rows, thinned)
+from hvdtrain.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_grid_has_one_reference_run_for_one_worker_and_every_combination_above():
+    runs = grid([1, 2, 4], [10, 100], ["cold", "warm"])
+    assert runs[0] == GridRun("w1", 1, None, "cold")
+    assert [r.name for r in runs[1:5]] == ["w2-n10-cold", "w2-n10-warm", "w2-n100-cold",
+                                           "w2-n100-warm"]
+    assert len(runs) == 1 + 2 * 2 * 2
+    assert grid([2, 2], [10, 10], ["warm", "warm"]) == [GridRun("w2-n10-warm", 2, 10, "warm")]
+
+
+def test_grid_runs_become_train_options():
+    assert GridRun("w1", 1, None, "cold").train_options(500) == ["--mode", "sync"]
+    assert GridRun("w2-n10-cold", 2, 10, "cold").train_options(500) == [
+        "--mode", "local", "--n-sync", "10"]
+    assert GridRun("w2-n10-warm", 2, 10, "warm").train_options(500) == [
+        "--mode", "local", "--n-sync", "10", "--warm-start-steps", "500"]
+
+
+def _curve(name, workers, n_sync=1, warm=0, errors=(0.9, 0.7, 0.5, 0.3)):
+    mode = "local" if workers > 1 else "sync"
+    return Curve(name, workers, mode, n_sync, warm, step=list(range(1, len(errors) + 1)),
+                 wall_seconds=[0.5 * i for i in range(1, len(errors) + 1)], error=list(errors))
+
+
+def test_curves_are_labelled_and_split_into_cold_and_warm_panels():
+    one, cold, warm = _curve("w1", 1), _curve("c", 2, 100), _curve("w", 2, 100, warm=50)
+    assert (one.label, cold.label, warm.label) == ("1 worker", "2 workers, n_sync 100",
+                                                   "2 workers, n_sync 100")
+    assert (cold.start, warm.start) == ("cold", "warm")
+    # The one-worker reference appears in both panels.
+    assert panels([one, cold, warm]) == [("cold start", [one, cold]), ("warm start", [one, warm])]
+    assert panels([one, cold]) == [("", [one, cold])]
+
+
+def test_thinning_spreads_points_evenly_and_keeps_the_last():
+    assert thinned(10, 500) == list(range(10))
+    picked = thinned(10_000, 500)
+    assert len(picked) == 501 and picked[0] == 0 and picked[-1] == 9_999
+    assert picked == sorted(set(picked))
+
+
+def test_smoothed_rows_hold_the_sliding_mean_along_either_axis():
+    rows = smoothed_rows([_curve("c", 2, 10)], window=2, axis="steps")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["smoothed_error"] for r in rows] == pytest.approx([0.9, 0.8, 0.6, 0.4])
+    assert rows[0]["n_sync"] == 10 and rows[0]["start"] == "cold" and rows[0]["run"] == "c"
+    by_time = smoothed_rows([_curve("w1", 1)], window=2, axis="time")
+    assert [r["wall_seconds"] for r in by_time] == [0.5, 1.0, 1.5, 2.0]
+    assert by_time[0]["n_sync"] == ""
+
+
+def _write_run(folder, workers, mode, n_sync, warm, errors):
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.yaml"), "w") as fh:
+        yaml.safe_dump({"mode": mode, "n_sync": n_sync, "warm_start_steps": warm}, fh)
+    with open(os.path.join(folder, "summary.json"), "w") as fh:
+        json.dump({"workers": workers}, fh)
+    with open(os.path.join(folder, "steps.jsonl"), "w") as fh:
+        for i, error in enumerate(errors, start=1):
+            fh.write(json.dumps({"step": i, "loss": 2 * error, "error": error,
+                                 "wall_seconds": 0.1 * i}) + "\n")
+        fh.write('{"step": 99, "lo')  # a line cut short by a crash is skipped
+
+
+def test_plot_draws_pngs_and_writes_the_tables_behind_them(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    errors = [0.9 - 0.0005 * i for i in range(1200)]
+    _write_run(str(sweep / "runs" / "w1"), 1, "sync", 100, 0, errors)
+    _write_run(str(sweep / "runs" / "w2-n10-cold"), 2, "local", 10, 0, errors[:600])
+    _write_run(str(sweep / "runs" / "w2-n10-warm"), 2, "local", 10, 50, errors[:600])
+    curve = load_curve(str(sweep / "runs" / "w2-n10-warm"))
+    assert (curve.workers, curve.n_sync, curve.start, len(curve.step)) == (2, 10, "warm", 600)
+
+    assert main(["plot", str(sweep), "--window", "100", "--out", str(tmp_path / "plots")]) == 0
+    assert "training_error_vs_steps.png" in capsys.readouterr().out
+    for axis in ("steps", "time"):
+        png = (tmp_path / "plots" / f"training_error_vs_{axis}.png").read_bytes()
+        assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+        with open(tmp_path / "plots" / f"training_error_vs_{axis}.csv", newline="") as fh:
+            table = list(csv.DictReader(fh))
+        assert {r["run"] for r in table} == {"w1", "w2-n10-cold", "w2-n10-warm"}
+        assert all(0.0 <= float(r["smoothed_error"]) <= 1.0 for r in table)
+        # At most 500 points (plus the last) per run.
+        assert sum(r["run"] == "w1" for r in table) == 501
+    with open(tmp_path / "plots" / "training_error_vs_steps.csv", newline="") as fh:
+        last_w1 = [r for r in csv.DictReader(fh) if r["run"] == "w1"][-1]
+    assert float(last_w1["smoothed_error"]) == pytest.approx(sum(errors[-100:]) / 100)
+
+
+def test_plot_rejects_folders_without_steps_and_bad_windows_in_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "empty")]) == 3
+    assert "is not an hvdtrain run folder with steps.jsonl" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "missing")]) == 3
+    assert f"run folder not found: {tmp_path / 'missing'}" in capsys.readouterr().err
+    _write_run(str(tmp_path / "run"), 1, "sync", 1, 0, [0.5, 0.4])
+    assert main(["plot", str(tmp_path / "run"), "--window", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--window must be a positive number of minibatches, got 0" in err
+    assert len(err.strip().splitlines()) == 1
+    assert run_folders([str(tmp_path / "run")]) == [str(tmp_path / "run")]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "1,0"], "--workers must be positive integers separated by commas, got '1,0'"),
+    (["--n-sync", "ten"], "--n-sync must be positive integers"),
+    (["--start", "cold,hot"], "--start takes a comma-separated list of cold, warm; got 'hot'"),
+    (["--warm-start-steps", "0"], "--warm-start-steps must be positive for a warm start, got 0"),
+    (["--window", "-5"], "--window must be a positive number of minibatches, got -5"),
+    (["--batch-size", "0"], "--batch-size must be a positive integer"),
+    (["--hostfile", "/nonexistent"], "--hostfile not found: /nonexistent"),
+])
+def test_bad_sweep_options_exit_non_zero_before_any_run(argv, message, tmp_path, capsys):
+    assert main(["sweep", "--out", str(tmp_path / "sweep"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "sweep" / "runs").exists()
+
+
+@pytest.mark.multiprocess
+def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset_dir):
+    out = tmp_path / "sweep"
+    bin_dir = os.path.dirname(sys.executable)
+    command = [os.path.join(bin_dir, "hvdtrain"), "sweep", "--out", str(out), "--workers", "1,2",
+               "--n-sync", "4", "--start", "cold,warm", "--warm-start-steps", "2", "--window", "4",
+               "--model", "lenet", "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", "8",
+               "--no-validate", "--checkpoint-every", "1000epochs", "--data-dir", idx_dataset_dir]
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "sweep.json").read_text())
+    rows = {r["name"]: r for r in report["runs"]}
+    assert list(rows) == ["w1", "w2-n4-cold", "w2-n4-warm"]
+    for row in rows.values():
+        assert 0.0 <= row["test_accuracy"] <= 1.0 and 0.0 <= row["final_training_error"] <= 1.0
+        assert row["total_steps"] == 8 and row["wall_seconds"] > 0
+    assert rows["w1"]["bytes_allreduced"] == 0 and rows["w1"]["n_sync"] == ""
+    # Warm: 2 synchronous steps of gradients, then rounds of weights; cold: rounds only.
+    assert rows["w2-n4-warm"]["bytes_allreduced"] > rows["w2-n4-cold"]["bytes_allreduced"] > 0
+    with open(out / "sweep.csv", newline="") as fh:
+        assert [r["name"] for r in csv.DictReader(fh)] == list(rows)
+    for name in ("training_error_vs_steps", "training_error_vs_time"):
+        assert (out / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
+        with open(out / f"{name}.csv", newline="") as fh:
+            assert {r["run"] for r in csv.DictReader(fh)} == set(rows)
+    config = yaml.safe_load((out / "runs" / "w2-n4-warm" / "config.yaml").read_text())
+    assert (config["mode"], config["n_sync"], config["warm_start_steps"]) == ("local", 4, 2)
+
+    # Started again, a finished sweep trains nothing and rewrites its tables.
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0 and "sweep run" not in again.stdout
