@@ -84,7 +84,16 @@ def test_scaling_compares_each_setup_with_its_own_fewest_workers():
 def test_overhead_is_the_reference_rate_over_hvdtrains_minus_one():
     rows = [_row("sync", 1, 100.0), _row("horovod", 1, 102.0), _row("sync", 2, 180.0),
             _row("horovod", 2, 171.0), _row("local", 2, 190.0, n_sync=10), _row("sync", 4, 1.0)]
-    assert overhead_against_reference(rows) == pytest.approx({1: 0.02, 2: -0.05})
+    overhead = overhead_against_reference(rows)
+    assert list(overhead) == [1, 2]
+    assert overhead[1] == pytest.approx((0.02, 0.0)) and overhead[2] == pytest.approx((-0.05, 0.0))
+
+
+def test_overhead_pairs_the_repeats_taken_in_turn():
+    # The machine slowed down for the second pair: paired ratios see through it.
+    rows = [dict(_row("sync", 2, 150.0), repeat_images_per_sec=[200.0, 100.0]),
+            dict(_row("horovod", 2, 153.0), repeat_images_per_sec=[204.0, 102.0])]
+    assert overhead_against_reference(rows)[2] == pytest.approx((0.02, 0.0))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -138,6 +147,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     assert all(by[(1, m)]["speedup"] == 1.0 for m in ("sync", "local", "independent", "horovod"))
     assert by[(2, "sync")]["efficiency"] == pytest.approx(by[(2, "sync")]["speedup"] / 2)
     assert set(report["horovod_reference_over_sync"]) == {"1", "2"}
+    assert set(report["horovod_reference_over_sync"]["2"]) == {"overhead", "ci95"}
     assert report["machine"]["cpus"] >= 1 and report["machine"]["horovod"] == "0.28.1"
     with open(out / "bench.csv", newline="") as fh:
         table = list(csv.DictReader(fh))

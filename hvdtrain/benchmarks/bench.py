@@ -173,11 +173,13 @@ def _report(rows: list[dict], host: dict, out: str) -> None:
     overhead = overhead_against_reference(rows)
     write_json(os.path.join(out, "bench.json"), {
         "command": ["hvdtrain", *sys.argv[1:]], "machine": host, "rows": rows,
-        "horovod_reference_over_sync": {str(k): v for k, v in overhead.items()}})
+        "horovod_reference_over_sync": {str(k): {"overhead": v, "ci95": ci}
+                                        for k, (v, ci) in overhead.items()}})
     write_csv(os.path.join(out, "bench.csv"), rows, CSV_COLUMNS)
     print(format_table(rows))
-    for count, ratio in overhead.items():
-        print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} images/sec")
+    for count, (ratio, ci) in overhead.items():
+        print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} ± {ci:.1%} "
+              "images/sec")
     print(f"hvdtrain: wrote {os.path.join(out, 'bench.json')} and bench.csv", flush=True)
 
 

@@ -90,18 +90,27 @@ def add_scaling(rows: list[dict]) -> list[dict]:
 
 
 def overhead_against_reference(rows: list[dict], mode: str = "sync",
-                               reference: str = "horovod") -> dict[int, float]:
-    """Per worker count: reference images/sec over hvdtrain's, minus one.
+                               reference: str = "horovod") -> dict[int, tuple[float, float]]:
+    """Per worker count: reference images/sec over hvdtrain's, minus one, with the
+    half-width of its 95% interval.
 
     0.02 means the plain Horovod script trained 2% faster than hvdtrain in `mode`;
-    a negative value means hvdtrain was faster.
+    a negative value means hvdtrain was faster. Repeats taken in turn are compared in
+    pairs, which cancels the machine's slow and fast spells.
     """
-    by_workers: dict[int, dict[str, float]] = {}
+    by_workers: dict[int, dict[str, dict]] = {}
     for row in rows:
         if row["mode"] in (mode, reference):
-            by_workers.setdefault(row["workers"], {})[row["mode"]] = row["total_images_per_sec"]
-    return {workers: rates[reference] / rates[mode] - 1.0
-            for workers, rates in sorted(by_workers.items()) if len(rates) == 2}
+            by_workers.setdefault(row["workers"], {})[row["mode"]] = row
+    result = {}
+    for workers, pair in sorted(by_workers.items()):
+        if len(pair) < 2:
+            continue
+        ours = pair[mode].get("repeat_images_per_sec", [pair[mode]["total_images_per_sec"]])
+        theirs = pair[reference].get("repeat_images_per_sec",
+                                     [pair[reference]["total_images_per_sec"]])
+        result[workers] = mean_ci95([t / o - 1.0 for t, o in zip(theirs, ours)])
+    return result
 
 
 def combine_repeats(rows: list[dict]) -> dict:
