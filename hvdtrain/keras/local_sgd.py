@@ -117,6 +117,7 @@ class LocalSGD(tf.keras.callbacks.Callback):
             broadcast_model_state(self.model)
             comm.broadcast_variables(averager.buffers or [])
         averager.reset_anchor()
+        averager.trace(apply_outer=True)
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
         self.step = self._last_sync_step = int(optimizer.iterations.numpy())
         if has_gradient_averaging(optimizer):

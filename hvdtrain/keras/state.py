@@ -106,6 +106,13 @@ class ModelStateAverager:
         """Trace the averaging step again, e.g. after the number of workers changed."""
         self._average_fn = tf.function(self._average)
 
+    def trace(self, apply_outer: bool = True) -> None:
+        """Build the averaging graph now, without running it, so the first round does not
+        stall training for the seconds that tracing a large model takes."""
+        if self.variables:
+            self._average_fn.get_concrete_function(tf.TensorSpec([], tf.float32),
+                                                   apply_outer and self.outer is not None)
+
     def reset_anchor(self) -> None:
         """Take the current (consensus) weights as x0; call after a broadcast."""
         if self.anchor is not None:
