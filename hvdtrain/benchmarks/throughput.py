@@ -24,7 +24,8 @@ from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, e
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import StepTimer, all_workers, seconds_per_call
 from hvdtrain.config import load_config, parse_shape
-from hvdtrain.keras.state import ModelStateAverager, variable_bytes
+from hvdtrain.keras.gradient_averaging import has_gradient_averaging
+from hvdtrain.keras.state import ModelStateAverager, base_optimizer, variable_bytes
 
 MODES = ("sync", "local", "independent", "horovod")
 
@@ -66,6 +67,16 @@ def _train_config(setup: Setup, total_steps: int, out: str):
         fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb, out=out))
 
 
+def _gradient_exchange(model: tf.keras.Model, fp16: bool):
+    """One step's gradient averaging, on stand-in gradients: hvdtrain's own (its groups
+    included); for the plain-Horovod reference, one grouped allreduce of them all."""
+    optimizer = base_optimizer(model.optimizer)
+    pairs = [(tf.identity(v), v) for v in model.trainable_variables]
+    if has_gradient_averaging(optimizer):
+        return tf.function(lambda: optimizer.aggregate_gradients(pairs))
+    return tf.function(lambda: comm.average([g for g, _ in pairs], name="bench_gradients", fp16=fp16))
+
+
 def measure(setup: Setup) -> dict:
     """Train `setup` on every worker of this job; the row of results, on every worker."""
     from hvdtrain.training.runner import train
@@ -95,10 +106,8 @@ def measure(setup: Setup) -> dict:
         averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
         exchange_bytes, exchange = averager.payload_bytes, averager.average
     else:
-        gradients = [tf.identity(v) for v in model.trainable_variables]
         exchange_bytes = gradient_bytes
-        exchange = tf.function(lambda: comm.average(gradients, name="bench_gradients",
-                                                    fp16=setup.fp16_allreduce))
+        exchange = _gradient_exchange(model, setup.fp16_allreduce)
     seconds = seconds_per_call(exchange) if exchanges else 0.0
     return {
         **{k: v for k, v in asdict(setup).items() if k not in ("batch_size", "steps")},
