@@ -17,6 +17,7 @@ import tensorflow as tf
 from hvdtrain.config import parse_interval
 from hvdtrain.data import load_dataset
 from hvdtrain.errors import ConfigError
+from hvdtrain.training.callbacks import ElasticCommit
 from hvdtrain.training.checkpoints import CheckpointStore, FitPhase, Progress, fit_phases
 
 BIN = os.path.dirname(sys.executable)
@@ -49,6 +50,34 @@ def test_resume_mid_epoch_runs_the_rest_of_that_epoch_first():
 def test_progress_knows_its_epoch():
     progress = Progress(step=23, steps_per_epoch=10, workers=2, batch_size=8)
     assert (progress.epoch, progress.step_in_epoch) == (2, 3)
+
+
+class _RecordingState:
+    """Stands in for ElasticState: notes the optimizer step of every commit."""
+
+    def __init__(self, model):
+        self.model, self.commits, self.sync_count = model, [], 0
+
+    def commit(self):
+        self.commits.append(int(self.model.optimizer.iterations.numpy()))
+
+
+def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    state = _RecordingState(model)
+    logged = []
+
+    class EpochLog(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            logged.append((epoch, list(state.commits)))
+
+    x, y = np.zeros((20, 3), "float32"), np.zeros((20, 1), "float32")
+    # The runner's order: logging callbacks, then the commit.
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0,
+              callbacks=[EpochLog(), ElasticCommit(state, every=2)])
+    assert state.commits == [2, 4, 5, 6, 8, 10]
+    assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
 
 
 def test_resumed_data_stream_continues_exactly_where_it_stopped(idx_dataset_dir):

@@ -169,10 +169,14 @@ class Checkpointer(tf.keras.callbacks.Callback):
 
 
 class ElasticCommit(tf.keras.callbacks.Callback):
-    """Commits the elastic state every N steps and at epoch ends (after the state callbacks).
+    """Commits the elastic state every N steps and at epoch ends.
 
     A commit is where a failed worker's peers roll back to, and where workers that
     joined are let in. In local mode it waits for an averaging round, like a checkpoint.
+    Place it after the callbacks that log and checkpoint epochs: a commit that lets
+    workers in ends this `fit` at once, and an epoch whose end callbacks had not run
+    by then would never be logged, since training resumes at the next epoch. For the
+    same reason an epoch's last step is committed at the epoch end, not at batch end.
     """
 
     def __init__(self, state, every: int, in_sync: Callable[[], bool] = lambda: True,
@@ -192,7 +196,8 @@ class ElasticCommit(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         self._due = self._due or step % self.every == 0
-        if self._due and self.in_sync():
+        last_of_epoch = batch + 1 == self.params.get("steps")
+        if self._due and self.in_sync() and not last_of_epoch:
             self._commit()
 
     def on_epoch_end(self, epoch, logs=None):

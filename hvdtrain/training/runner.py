@@ -259,8 +259,9 @@ def train(cfg: TrainConfig, verbose: int | None = None,
                 initial_epoch=phase.first_epoch, epochs=phase.end_epoch, steps_per_epoch=phase.steps,
                 validation_data=data.test(world.rank, world.workers, EVAL_BATCH)
                 if cfg.validate else None,
-                # The watchdog goes last: checkpoint saves count as progress.
-                callbacks=callbacks + elastic_callbacks + chief + watchdog, verbose=verbosity)
+                # The epoch's log and checkpoint come before the elastic commit, which may end
+                # this fit; the watchdog goes last, as checkpoint saves count as progress.
+                callbacks=callbacks + chief + elastic_callbacks + watchdog, verbose=verbosity)
             for key, values in fitted.history.items():
                 history.setdefault(key, []).extend(values)
 
