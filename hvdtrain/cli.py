@@ -36,7 +36,7 @@ def _field_type(tp) -> type:
 BENCH_OPTIONS = ("dataset", "data_dir", "batch_size", "image_size", "synthetic_shape", "seed")
 
 
-def _add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
+def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
     """One option per TrainConfig field (or per field in `names`), help from its metadata.
 
     Defaults are left out of the namespace, so only what was given overrides YAML.
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--config", metavar="FILE.yaml", default=None,
                        help="YAML file of option values; options given here override it")
-    _add_config_options(train)
+    add_config_options(train)
     train.set_defaults(handler=_train)
 
     data = commands.add_parser("data", help="dataset tools").add_subparsers(
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read one worker's training pipeline as fast as possible and report "
                     "images/sec (mean and 95%% interval over windows of 10 batches). Compare it "
                     "with the training images/sec: if they are close, input is the bottleneck.")
-    _add_config_options(bench, BENCH_OPTIONS)
+    add_config_options(bench, BENCH_OPTIONS)
     bench.add_argument("--batches", type=int, default=100, help="batches to time (default: 100)")
     bench.add_argument("--workers", type=int, default=1,
                        help="read the shard of rank 0 among this many workers (default: 1)")

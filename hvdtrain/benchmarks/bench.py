@@ -43,13 +43,13 @@ example:
 
 
 def add_parser(commands) -> None:
-    from hvdtrain.cli import _add_config_options
+    from hvdtrain.cli import add_config_options
 
     parser = commands.add_parser(
         "bench", help="training throughput and scaling on synthetic data",
         description=DESCRIPTION, epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_config_options(parser, CONFIG_OPTIONS)
+    add_config_options(parser, CONFIG_OPTIONS)
     parser.add_argument("--synthetic-shape", default=None, metavar="HxWxC",
                         help="image shape (default: 28x28x1 for lenet, 32x32x3 for the CIFAR "
                              "ResNets, 224x224x3 otherwise)")

@@ -61,7 +61,7 @@ def grid(workers: list[int], n_syncs: list[int], starts: list[str]) -> list[Grid
 
 
 def add_parser(commands) -> None:
-    from hvdtrain.cli import _add_config_options
+    from hvdtrain.cli import add_config_options
 
     parser = commands.add_parser(
         "sweep", help="learning curves over workers × n_sync × cold/warm start",
@@ -85,7 +85,7 @@ def add_parser(commands) -> None:
                              "(default: all workers on this machine)")
     parser.add_argument("--config", metavar="FILE.yaml", default=None,
                         help="training options shared by every run; the options below override it")
-    _add_config_options(parser, BASE_OPTIONS)
+    add_config_options(parser, BASE_OPTIONS)
     parser.set_defaults(handler=run)
 
 
@@ -111,11 +111,12 @@ def _row(run: GridRun, run_dir: str, window: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in BASE_OPTIONS if hasattr(args, name)}
     base = load_config(args.config, overrides)
+    starts = parse_choice_list(args.start, "--start", STARTS)
     runs = grid(parse_int_list(args.workers, "--workers"), parse_int_list(args.n_sync, "--n-sync"),
-                parse_choice_list(args.start, "--start", STARTS))
+                starts)
     if args.window <= 0:
         raise ConfigError(f"--window must be a positive number of minibatches, got {args.window}")
-    if "warm" in args.start and args.warm_start_steps <= 0:
+    if "warm" in starts and args.warm_start_steps <= 0:
         raise ConfigError(f"--warm-start-steps must be positive for a warm start, got "
                           f"{args.warm_start_steps}")
     if args.hostfile and not os.path.isfile(args.hostfile):
