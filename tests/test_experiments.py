@@ -82,6 +82,17 @@ def _write_run(folder, workers, mode, n_sync, warm, errors):
         fh.write('{"step": 99, "lo')  # a line cut short by a crash is skipped
 
 
+def test_a_step_written_twice_keeps_its_later_record(tmp_path):
+    run = str(tmp_path / "run")
+    _write_run(run, 2, "local", 10, 0, [0.5, 0.4, 0.3])
+    with open(os.path.join(run, "steps.jsonl"), "a") as fh:  # an elastic job ran 2-3 again
+        fh.write("\n" + "\n".join(json.dumps({"step": s, "loss": 0, "error": e, "wall_seconds": w})
+                                  for s, e, w in ((2, 0.35, 0.9), (3, 0.25, 1.0))) + "\n")
+    curve = load_curve(run)
+    assert curve.step == [1, 2, 3]
+    assert curve.error == [0.5, 0.35, 0.25] and curve.wall_seconds == [0.1, 0.9, 1.0]
+
+
 def test_plot_draws_pngs_and_writes_the_tables_behind_them(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     errors = [0.9 - 0.0005 * i for i in range(1200)]

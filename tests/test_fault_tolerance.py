@@ -14,10 +14,12 @@ import psutil
 import pytest
 import tensorflow as tf
 
+from hvdtrain import comm
+from hvdtrain.benchmarks.learning_curves import load_curve
 from hvdtrain.config import parse_interval
 from hvdtrain.data import load_dataset
 from hvdtrain.errors import ConfigError
-from hvdtrain.training.callbacks import ElasticCommit
+from hvdtrain.training.callbacks import ElasticCommit, StepLog
 from hvdtrain.training.checkpoints import CheckpointStore, FitPhase, Progress, fit_phases
 
 BIN = os.path.dirname(sys.executable)
@@ -78,6 +80,34 @@ def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
               callbacks=[EpochLog(), ElasticCommit(state, every=2)])
     assert state.commits == [2, 4, 5, 6, 8, 10]
     assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
+
+
+def test_step_log_flushed_at_commits_writes_each_step_once_with_its_own_value(tmp_path):
+    comm.init()  # a world of one worker
+
+    def fit_logging(path, flush_after):
+        tf.keras.utils.set_random_seed(1)
+        model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        step_log = StepLog(str(path), time.time())
+
+        class Flush(tf.keras.callbacks.Callback):  # as ElasticCommit does before committing
+            def on_train_batch_end(self, batch, logs=None):
+                if batch in flush_after:
+                    step_log.flush()
+
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(24, 3)).astype("float32"), rng.integers(0, 2, 24)
+        model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+                  callbacks=[step_log, Flush()])
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    plain = fit_logging(tmp_path / "plain.jsonl", flush_after=())
+    flushed = fit_logging(tmp_path / "flushed.jsonl", flush_after=(1, 2, 5))
+    assert [r["step"] for r in flushed] == list(range(1, 13)) == [r["step"] for r in plain]
+    for a, b in zip(flushed, plain):
+        assert a["loss"] == pytest.approx(b["loss"]) and a["error"] == pytest.approx(b["error"])
 
 
 def test_resumed_data_stream_continues_exactly_where_it_stopped(idx_dataset_dir):
@@ -310,6 +340,8 @@ def _assert_resized(proc, output, out, first_workers, last_workers):
     records = _epochs_done(out)
     assert records[0]["workers"] == first_workers and records[-1]["workers"] == last_workers
     assert records[-1]["step"] == 180 and [r["epoch"] for r in records] == [1, 2, 3, 4, 5, 6]
+    # Every step's training error is logged across the change of workers.
+    assert load_curve(str(out)).step == list(range(1, 181))
     assert json.loads((out / "summary.json").read_text())["workers"] == last_workers
 
 

@@ -68,15 +68,20 @@ def load_curve(run_dir: str) -> Curve:
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
                   config.get("mode", "sync"), int(config.get("n_sync", 1)),
                   int(config.get("warm_start_steps", 0)) if config.get("mode") == "local" else 0)
+    # An elastic job that lost a worker right after writing some steps runs them again:
+    # the later record of a step wins.
+    by_step: dict[int, tuple[float, float]] = {}
     with open(steps_path, encoding="utf-8") as fh:
         for line in fh:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue  # a line cut short by a crash
-            curve.step.append(int(record["step"]))
-            curve.wall_seconds.append(float(record["wall_seconds"]))
-            curve.error.append(float(record["error"]))
+            by_step[int(record["step"])] = (float(record["wall_seconds"]), float(record["error"]))
+    for step in sorted(by_step):
+        curve.step.append(step)
+        curve.wall_seconds.append(by_step[step][0])
+        curve.error.append(by_step[step][1])
     if not curve.step:
         raise DataError(f"{steps_path} holds no steps")
     return curve

@@ -93,21 +93,23 @@ class MetricsLog(tf.keras.callbacks.Callback):
 class StepLog(tf.keras.callbacks.Callback):
     """Training loss and error of every step, in steps.jsonl: the data of learning curves.
 
-    Each worker keeps its own minibatch values through the epoch; at the epoch end
-    one allreduce averages them over workers and rank 0 appends a line per step
-    (`step`, `loss`, `error` = 1 − accuracy, `wall_seconds` since the run started).
-    In local mode the workers' models differ between rounds, so this is the mean of
-    what each worker saw on its own minibatch. Every rank must have this callback.
+    Each worker keeps its own minibatch values; at the epoch end (and at each elastic
+    commit, see `flush`) one allreduce averages them over workers and rank 0 appends a
+    line per step (`step`, `loss`, `error` = 1 − accuracy, `wall_seconds` since the run
+    started). In local mode the workers' models differ between rounds, so this is the
+    mean of what each worker saw on its own minibatch. Every rank must have this callback.
     """
 
-    def __init__(self, path: str | None, start_time: float):
+    def __init__(self, path: str, start_time: float):
         super().__init__()
-        self.path = path  # None on ranks other than 0
+        self.path = path  # written by whichever worker is rank 0 at the time
         self.start_time = start_time
 
     def on_epoch_begin(self, epoch, logs=None):
         self._first_step = int(self.model.optimizer.iterations.numpy()) + 1
+        # Keras's running means of this epoch, and how many of their steps are written.
         self._loss, self._accuracy, self._wall = [], [], []
+        self._written = 0
 
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
@@ -116,14 +118,28 @@ class StepLog(tf.keras.callbacks.Callback):
         self._wall.append(time.time() - self.start_time)
 
     def on_epoch_end(self, epoch, logs=None):
-        values = tf.constant([per_batch_values(self._loss), per_batch_values(self._accuracy)],
-                             dtype=tf.float64)
-        (mean,) = comm.average([values], name=f"step_log_{epoch}")
-        if self.path is None:
+        self.flush()
+
+    def flush(self) -> None:
+        """Average and write the steps not yet written; a collective call.
+
+        An elastic job calls it before every commit: a change of workers resumes from
+        the commit and restarts the epoch's bookkeeping, so what was buffered before
+        the commit would otherwise never be written.
+        """
+        first = self._written
+        if first == len(self._loss):  # the same on every worker: steps are in lockstep
             return
-        lines = [json.dumps({"step": self._first_step + i, "loss": loss, "error": 1.0 - accuracy,
-                             "wall_seconds": round(wall, 4)}) + "\n"
-                 for i, (loss, accuracy, wall) in enumerate(zip(*mean.numpy().tolist(), self._wall))]
+        values = tf.constant([per_batch_values(self._loss)[first:],
+                              per_batch_values(self._accuracy)[first:]], dtype=tf.float64)
+        (mean,) = comm.average([values], name=f"step_log_{self._first_step + first}")
+        self._written = len(self._loss)
+        if not comm.is_chief():
+            return
+        lines = [json.dumps({"step": self._first_step + first + i, "loss": loss,
+                             "error": 1.0 - accuracy, "wall_seconds": round(wall, 4)}) + "\n"
+                 for i, (loss, accuracy, wall)
+                 in enumerate(zip(*mean.numpy().tolist(), self._wall[first:]))]
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.writelines(lines)
 
@@ -180,15 +196,18 @@ class ElasticCommit(tf.keras.callbacks.Callback):
     """
 
     def __init__(self, state, every: int, in_sync: Callable[[], bool] = lambda: True,
-                 sync_count: Callable[[], int] = lambda: 0):
+                 sync_count: Callable[[], int] = lambda: 0,
+                 before_commit: Callable[[], None] = lambda: None):
         super().__init__()
         self.state = state
         self.every = every
         self.in_sync = in_sync
         self.sync_count = sync_count
+        self.before_commit = before_commit  # e.g. StepLog.flush
         self._due = False
 
     def _commit(self):
+        self.before_commit()
         self.state.sync_count = self.sync_count()
         self._due = False
         self.state.commit()

@@ -227,11 +227,10 @@ def train(cfg: TrainConfig, verbose: int | None = None,
                                   cfg.batch_size, averager.rounds),
         in_sync=in_sync)
     throughput = ThroughputMeter(cfg.batch_size, world.workers)
+    step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start)
     callbacks += [throughput, MetricAverage(),
                   FiniteLossGuard(lambda: checkpointer.last_saved or plan.checkpoint),
-                  StepLog(os.path.join(run_dir, run_folder.STEPS) if comm.is_chief() else None,
-                          start),
-                  *extra_callbacks]
+                  step_log, *extra_callbacks]
     rank0_callbacks = [
         MetricsLog(os.path.join(run_dir, run_folder.METRICS), start, lambda: world.workers),
         tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
@@ -272,7 +271,8 @@ def train(cfg: TrainConfig, verbose: int | None = None,
                 list(model.variables) + list(optimizer.variables) + (averager.buffers or [])
                 + [optimizer.averaged_steps], sync_count=averager.rounds)
             elastic_callbacks.append(ElasticCommit(elastic_state, cfg.elastic_commit_every,
-                                                   in_sync, lambda: averager.rounds))
+                                                   in_sync, lambda: averager.rounds,
+                                                   before_commit=step_log.flush))
 
             @comm.elastic_run
             def fit_elastically(elastic_state):
