@@ -26,7 +26,7 @@ def is_local_sync_step(step: int, n_sync: int, warm_start_steps: int = 0) -> boo
 
 
 def is_warm_start_end(step: int, warm_start_steps: int) -> bool:
-    """The step after which the synchronous warm start hands over to local steps."""
+    """The step after which the warm start hands over to local steps."""
     return warm_start_steps > 0 and step == warm_start_steps
 
 
@@ -38,9 +38,10 @@ def sync_points(total_steps: int, steps_per_epoch: int, n_sync: int,
                 warm_start_steps: int = 0) -> list[int]:
     """Completed steps after which local SGD averages the workers' state.
 
-    A round runs every n_sync local steps, once when the synchronous warm start ends
-    (its BatchNorm statistics have drifted apart even though the weights have not),
-    and at every epoch end so that evaluation and checkpoints see the consensus model.
+    A round runs every n_sync local steps, once when the warm start ends (after a
+    synchronous one the BatchNorm statistics have drifted apart even though the
+    weights have not; after a one-worker one every worker takes rank 0's state), and
+    at every epoch end so that evaluation and checkpoints see the consensus model.
     """
     return [
         step for step in range(1, total_steps + 1)
@@ -50,9 +51,12 @@ def sync_points(total_steps: int, steps_per_epoch: int, n_sync: int,
     ]
 
 
-def gradient_steps(total_steps: int, mode: str, warm_start_steps: int = 0) -> int:
-    """How many steps allreduce their gradients."""
-    return total_steps if mode == "sync" else min(warm_start_steps, total_steps)
+def gradient_steps(total_steps: int, mode: str, warm_start_steps: int = 0,
+                   warm_start: str = "sync") -> int:
+    """How many steps allreduce their gradients (none in a one-worker warm start)."""
+    if mode == "sync":
+        return total_steps
+    return min(warm_start_steps, total_steps) if warm_start == "sync" else 0
 
 
 def payload_bytes(shapes_and_itemsizes: Iterable[tuple[Sequence[int], int]]) -> int:
@@ -73,17 +77,19 @@ def bytes_allreduced(gradient_step_count: int, gradient_bytes: int,
 
 def expected_bytes_allreduced(mode: str, total_steps: int, steps_per_epoch: int, n_sync: int,
                               warm_start_steps: int, gradient_bytes: int, state_bytes: int,
-                              epoch_end_bytes: int) -> int:
+                              epoch_end_bytes: int, warm_start: str = "sync") -> int:
     """Bytes a whole run allreduces, from its shape alone.
 
     Sync mode averages gradients every step and non-trainable state (BatchNorm
     statistics, `epoch_end_bytes`) at each epoch end; local mode follows `sync_points`.
+    A one-worker warm start's hand-over is a round like any other (rank 0's state
+    travels as a sum with the others' zeros).
     """
     if mode == "sync":
         epochs = total_steps // steps_per_epoch
         return bytes_allreduced(total_steps, gradient_bytes, epochs, epoch_end_bytes)
     syncs = len(sync_points(total_steps, steps_per_epoch, n_sync, warm_start_steps))
-    return bytes_allreduced(gradient_steps(total_steps, mode, warm_start_steps),
+    return bytes_allreduced(gradient_steps(total_steps, mode, warm_start_steps, warm_start),
                             gradient_bytes, syncs, state_bytes)
 
 

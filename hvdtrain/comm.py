@@ -68,12 +68,14 @@ def average(tensors: Sequence[tf.Tensor], name: str | None = None,
                                       compression=compression))
 
 
-def total(tensors: Sequence[tf.Tensor], name: str | None = None) -> list[tf.Tensor]:
-    """Element-wise sum over workers."""
+def total(tensors: Sequence[tf.Tensor], name: str | None = None,
+          fp16: bool = False) -> list[tf.Tensor]:
+    """Element-wise sum over workers, as one grouped allreduce."""
     tensors = list(tensors)
     if hvd.size() == 1 or not tensors:
         return tensors
-    return list(hvd.grouped_allreduce(tensors, op=hvd.Sum, name=name))
+    compression = hvd.Compression.fp16 if fp16 else hvd.Compression.none
+    return list(hvd.grouped_allreduce(tensors, op=hvd.Sum, name=name, compression=compression))
 
 
 def average_scalars(values: Mapping[str, float], name: str = "scalars") -> dict[str, float]:

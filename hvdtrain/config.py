@@ -21,6 +21,7 @@ MODES = ("sync", "local")
 OPTIMIZERS = ("sgd", "adam")
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
+WARM_STARTS = ("sync", "single")
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
@@ -68,7 +69,12 @@ class TrainConfig:
         MODES)
     n_sync: int = _opt(100, "local mode: local steps between two weight averagings")
     warm_start_steps: int = _opt(
-        0, "local mode: synchronous (gradient-averaging) steps before going local")
+        0, "local mode: steps of a warm start before going local (see --warm-start)")
+    warm_start: str = _opt(
+        "sync", "local mode: how the --warm-start-steps train. sync: gradients averaged every "
+                "step (post-local SGD); single: one worker's warm start as in Paine et al. "
+                "(2013), where only rank 0's progress counts and every worker then takes its "
+                "state (the other workers' steps in that phase are discarded)", WARM_STARTS)
     init_weights: str | None = _opt(
         None, "start from these weights (.weights.h5), e.g. a one-worker warm start")
     average_bn_stats: bool = _opt(
@@ -158,7 +164,7 @@ class TrainConfig:
         _fraction(self, "momentum")
         _fraction(self, "outer_momentum")
         _positive_float(self, "outer_lr")
-        for name in ("dataset", "optimizer", "lr_decay", "mode", "outer_optimizer"):
+        for name in ("dataset", "optimizer", "lr_decay", "mode", "outer_optimizer", "warm_start"):
             choices = _field(name).metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ConfigError(
@@ -166,12 +172,16 @@ class TrainConfig:
         parse_shape(self.synthetic_shape)
 
         if self.mode != "local":
-            for name, default in (("warm_start_steps", 0), ("outer_optimizer", "none"),
+            for name, default in (("warm_start_steps", 0), ("warm_start", "sync"),
+                                  ("outer_optimizer", "none"),
                                   ("outer_lr", 1.0), ("outer_momentum", 0.0)):
                 if getattr(self, name) != default:
                     raise ConfigError(
                         f"{_flag(name)} needs --mode local, got {_flag(name)} "
                         f"{getattr(self, name)} with --mode {self.mode}")
+        if self.warm_start == "single" and self.warm_start_steps == 0:
+            raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
+                              "--warm-start-steps 0")
         if self.outer_optimizer == "none" and (self.outer_lr != 1.0 or self.outer_momentum != 0.0):
             raise ConfigError(
                 "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "

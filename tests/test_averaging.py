@@ -40,6 +40,13 @@ def test_warm_start_steps_are_charged_as_gradient_steps():
     assert total == bytes_allreduced(30, 8, len(sync_points(100, 50, 10, 30)), 12)
 
 
+def test_a_one_worker_warm_start_sends_no_gradients_but_its_hand_over_is_a_round():
+    assert gradient_steps(100, "local", 30, "single") == 0
+    total = expected_bytes_allreduced("local", 100, 50, 10, 30, 8, 12, 0, warm_start="single")
+    # The hand-over at 30, then 40, 50, ..., 100 (the epoch ends 50 and 100 among them).
+    assert total == 12 * len(sync_points(100, 50, 10, 30)) == 12 * (1 + 7)
+
+
 def test_slowmo_with_alpha_1_beta_0_is_plain_averaging():
     rng = np.random.default_rng(0)
     x0, avg = rng.normal(size=5), rng.normal(size=5)

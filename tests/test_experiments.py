@@ -26,6 +26,8 @@ def test_grid_has_one_reference_run_for_one_worker_and_every_combination_above()
                                            "w2-n100-warm"]
     assert len(runs) == 1 + 2 * 2 * 2
     assert grid([2, 2], [10, 10], ["warm", "warm"]) == [GridRun("w2-n10-warm", 2, 10, "warm")]
+    assert [r.name for r in grid([2], [10], ["cold", "warm", "single"])] == [
+        "w2-n10-cold", "w2-n10-warm", "w2-n10-single"]
 
 
 def test_grid_runs_become_train_options():
@@ -33,22 +35,29 @@ def test_grid_runs_become_train_options():
     assert GridRun("w2-n10-cold", 2, 10, "cold").train_options(500) == [
         "--mode", "local", "--n-sync", "10"]
     assert GridRun("w2-n10-warm", 2, 10, "warm").train_options(500) == [
-        "--mode", "local", "--n-sync", "10", "--warm-start-steps", "500"]
+        "--mode", "local", "--n-sync", "10", "--warm-start-steps", "500", "--warm-start", "sync"]
+    assert GridRun("w2-n10-single", 2, 10, "single").train_options(500) == [
+        "--mode", "local", "--n-sync", "10", "--warm-start-steps", "500", "--warm-start", "single"]
 
 
-def _curve(name, workers, n_sync=1, warm=0, errors=(0.9, 0.7, 0.5, 0.3)):
+def _curve(name, workers, n_sync=1, warm=0, errors=(0.9, 0.7, 0.5, 0.3), warm_start="sync"):
     mode = "local" if workers > 1 else "sync"
-    return Curve(name, workers, mode, n_sync, warm, step=list(range(1, len(errors) + 1)),
+    return Curve(name, workers, mode, n_sync, warm, warm_start,
+                 step=list(range(1, len(errors) + 1)),
                  wall_seconds=[0.5 * i for i in range(1, len(errors) + 1)], error=list(errors))
 
 
-def test_curves_are_labelled_and_split_into_cold_and_warm_panels():
+def test_curves_are_labelled_and_split_into_a_panel_per_start():
     one, cold, warm = _curve("w1", 1), _curve("c", 2, 100), _curve("w", 2, 100, warm=50)
+    single = _curve("s", 2, 100, warm=50, warm_start="single")
     assert (one.label, cold.label, warm.label) == ("1 worker", "2 workers, n_sync 100",
                                                    "2 workers, n_sync 100")
-    assert (cold.start, warm.start) == ("cold", "warm")
-    # The one-worker reference appears in both panels.
-    assert panels([one, cold, warm]) == [("cold start", [one, cold]), ("warm start", [one, warm])]
+    assert (cold.start, warm.start, single.start) == ("cold", "warm", "single")
+    # The one-worker reference appears in every panel.
+    assert panels([one, cold, warm]) == [("cold start", [one, cold]),
+                                         ("warm start: synchronous steps first", [one, warm])]
+    assert [title for title, _ in panels([single, one, cold])] == [
+        "cold start", "warm start: one worker's steps first"]
     assert panels([one, cold]) == [("", [one, cold])]
 
 
@@ -135,8 +144,10 @@ def test_plot_rejects_folders_without_steps_and_bad_windows_in_one_line(tmp_path
 @pytest.mark.parametrize("argv, message", [
     (["--workers", "1,0"], "--workers must be positive integers separated by commas, got '1,0'"),
     (["--n-sync", "ten"], "--n-sync must be positive integers"),
-    (["--start", "cold,hot"], "--start takes a comma-separated list of cold, warm; got 'hot'"),
-    (["--warm-start-steps", "0"], "--warm-start-steps must be positive for a warm start, got 0"),
+    (["--start", "cold,hot"],
+     "--start takes a comma-separated list of cold, warm, single; got 'hot'"),
+    (["--start", "single", "--warm-start-steps", "0"],
+     "--warm-start-steps must be positive for a warm or single start, got 0"),
     (["--window", "-5"], "--window must be a positive number of minibatches, got -5"),
     (["--batch-size", "0"], "--batch-size must be a positive integer"),
     (["--hostfile", "/nonexistent"], "--hostfile not found: /nonexistent"),
@@ -153,7 +164,8 @@ def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset
     out = tmp_path / "sweep"
     bin_dir = os.path.dirname(sys.executable)
     command = [os.path.join(bin_dir, "hvdtrain"), "sweep", "--out", str(out), "--workers", "1,2",
-               "--n-sync", "4", "--start", "cold,warm", "--warm-start-steps", "2", "--window", "4",
+               "--n-sync", "4", "--start", "cold,warm,single", "--warm-start-steps", "2",
+               "--window", "4",
                "--model", "lenet", "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", "8",
                "--no-validate", "--checkpoint-every", "1000epochs", "--data-dir", idx_dataset_dir]
     env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
@@ -161,13 +173,15 @@ def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((out / "sweep.json").read_text())
     rows = {r["name"]: r for r in report["runs"]}
-    assert list(rows) == ["w1", "w2-n4-cold", "w2-n4-warm"]
+    assert list(rows) == ["w1", "w2-n4-cold", "w2-n4-warm", "w2-n4-single"]
     for row in rows.values():
         assert 0.0 <= row["test_accuracy"] <= 1.0 and 0.0 <= row["final_training_error"] <= 1.0
         assert row["total_steps"] == 8 and row["wall_seconds"] > 0
     assert rows["w1"]["bytes_allreduced"] == 0 and rows["w1"]["n_sync"] == ""
     # Warm: 2 synchronous steps of gradients, then rounds of weights; cold: rounds only.
     assert rows["w2-n4-warm"]["bytes_allreduced"] > rows["w2-n4-cold"]["bytes_allreduced"] > 0
+    # Single: no gradients, rounds at steps 2 (hand-over), 6 and 8; cold: at 4 and 8.
+    assert 2 * rows["w2-n4-single"]["bytes_allreduced"] == 3 * rows["w2-n4-cold"]["bytes_allreduced"]
     with open(out / "sweep.csv", newline="") as fh:
         assert [r["name"] for r in csv.DictReader(fh)] == list(rows)
     for name in ("training_error_vs_steps", "training_error_vs_time"):
@@ -176,6 +190,8 @@ def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset
             assert {r["run"] for r in csv.DictReader(fh)} == set(rows)
     config = yaml.safe_load((out / "runs" / "w2-n4-warm" / "config.yaml").read_text())
     assert (config["mode"], config["n_sync"], config["warm_start_steps"]) == ("local", 4, 2)
+    single = yaml.safe_load((out / "runs" / "w2-n4-single" / "config.yaml").read_text())
+    assert (single["warm_start"], single["warm_start_steps"]) == ("single", 2)
 
     # Started again, a finished sweep trains nothing and rewrites its tables.
     again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)

@@ -33,6 +33,8 @@ RUNS = {
                             outer_momentum=0.5),
     "resnet_sync": dict(RESNET_TINY),
     "resnet_local_warm": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2),
+    "resnet_local_single": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2,
+                                warm_start="single"),
 }
 
 
@@ -189,6 +191,22 @@ def test_post_local_sgd_with_batchnorm_ends_in_consensus(trained):
     assert summary["gradient_steps_averaged"] == 2
 
 
+def test_one_worker_warm_start_sends_no_gradients_and_ends_in_consensus(trained):
+    _, results, _ = trained
+    ranks = results["resnet_local_single"]
+    _assert_same_on_both_ranks(ranks, "trainable")
+    _assert_same_on_both_ranks(ranks, "non_trainable")
+    summary = ranks[0]["summary"]
+    assert summary["sync_count"] == len(sync_points(5, 5, 2, 2)) == 3
+    assert summary["gradient_steps_averaged"] == 0
+    # Rounds move weights and BatchNorm statistics (float32); a sync warm start adds gradients.
+    gradient_bytes = ranks[0]["trainable"].size * 4
+    state_bytes = gradient_bytes + ranks[0]["non_trainable"].size * 4
+    for warm_start, name in (("single", "resnet_local_single"), ("sync", "resnet_local_warm")):
+        assert results[name][0]["summary"]["bytes_allreduced"] == expected_bytes_allreduced(
+            "local", 5, 5, 2, 2, gradient_bytes, state_bytes, 0, warm_start=warm_start)
+
+
 def test_init_weights_start_every_rank_from_a_saved_model(trained):
     _, results, _ = trained
     for rank in results["warm_from_sync"]:
@@ -205,24 +223,37 @@ def probe(tmp_path_factory):
     return load_rank_files(str(root), "probe")
 
 
-def test_all_ranks_identical_right_after_every_sync_and_different_between(probe):
-    w0, w1 = probe[0]["weights"], probe[1]["weights"]
+@pytest.mark.parametrize("warm_start", ["sync", "single"])
+def test_all_ranks_identical_right_after_every_sync_and_different_between(probe, warm_start):
+    w0, w1 = probe[0][f"{warm_start}_after"], probe[1][f"{warm_start}_after"]
     points = set(probe[0]["sync_points"].tolist())
     warm = 2
     for step in range(1, len(w0) + 1):
         gap = np.abs(w0[step - 1] - w1[step - 1]).max()
         if step in points:
             assert gap <= 1e-6, f"step {step} is a sync point but ranks differ by {gap}"
-        elif step > warm:
+        elif step > warm or warm_start == "single":
             assert gap > 1e-4, f"step {step} is local but ranks agree"
-    assert int(probe[0]["sync_count"]) == len(points)
-    assert int(probe[0]["averaged_steps"]) == warm  # gradients averaged only while warm
+    assert int(probe[0][f"{warm_start}_sync_count"]) == len(points)
+    # Gradients are averaged only during a synchronous warm start.
+    assert int(probe[0][f"{warm_start}_averaged_steps"]) == (warm if warm_start == "sync" else 0)
+
+
+def test_one_worker_warm_start_hands_rank_0s_own_weights_to_everyone(probe):
+    warm = 2
+    rank0_before = probe[0]["single_before"][warm - 1]
+    for rank in probe:
+        # A sum with the others' zeros: rank 0's weights arrive bit for bit.
+        np.testing.assert_array_equal(rank["single_after"][warm - 1], rank0_before)
+    assert np.abs(probe[1]["single_before"][warm - 1] - rank0_before).max() > 1e-4
 
 
 def test_metric_average_gives_every_rank_the_mean(probe):
     for rank in probe:
         assert json.loads(str(rank["averaged_logs"])) == {"loss": 1.5, "accuracy": 0.25}
-    assert json.loads(str(probe[0]["history"])) == json.loads(str(probe[1]["history"]))
+    for warm_start in ("sync", "single"):
+        assert json.loads(str(probe[0][f"{warm_start}_history"])) == \
+            json.loads(str(probe[1][f"{warm_start}_history"]))
 
 
 # --- failures and the command line ---

@@ -1,12 +1,12 @@
 """`hvdtrain sweep`: Paine et al.'s (2013) experiments 2 and 3 on your model and data.
 
 A grid of real training runs, one job at a time so that wall times are honest:
-worker counts × n_sync × cold or warm start. A warm start here is synchronous
-training for --warm-start-steps steps before going local (the paper trained on one
-GPU first; for that, train one worker and pass its weights as --init-weights). One
-worker has no local phase, so it is one run, the reference. Every run is an ordinary
-`hvdtrain train` run folder under OUT/runs/; a sweep started again skips the runs
-that finished and resumes the one that stopped.
+worker counts × n_sync × start. A cold start goes local from the first step; a warm
+start first trains --warm-start-steps steps synchronously (post-local SGD); a single
+start is the paper's own warm start: those steps count on one worker only, then every
+worker takes its state. One worker has no local phase, so it is one run, the
+reference. Every run is an ordinary `hvdtrain train` run folder under OUT/runs/; a
+sweep started again skips the runs that finished and resumes the one that stopped.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
 from hvdtrain.training import run_folder
 
-STARTS = ("cold", "warm")
+STARTS = ("cold", "warm", "single")
+WARM_START_OF = {"warm": "sync", "single": "single"}  # sweep start -> train --warm-start
 # Set by the grid, or meaningless for a sweep.
-GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "out", "resume", "elastic",
+GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "warm_start", "out", "resume", "elastic",
                 "elastic_commit_every"}
 BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIONS)
 SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
@@ -43,8 +44,9 @@ class GridRun:
         if self.n_sync is None:
             return ["--mode", "sync"]
         options = ["--mode", "local", "--n-sync", str(self.n_sync)]
-        if self.start == "warm":
-            options += ["--warm-start-steps", str(warm_start_steps)]
+        if self.start in WARM_START_OF:
+            options += ["--warm-start-steps", str(warm_start_steps),
+                        "--warm-start", WARM_START_OF[self.start]]
         return options
 
 
@@ -73,10 +75,11 @@ def add_parser(commands) -> None:
     parser.add_argument("--n-sync", default="1,10,100,600",
                         help="local-SGD periods for more than one worker (default: 1,10,100,600)")
     parser.add_argument("--start", default="cold,warm",
-                        help="cold (local from the first step) and/or warm (synchronous first) "
-                             "(default: cold,warm)")
+                        help="any of cold (local from the first step), warm (synchronous "
+                             "steps first) and single (one worker's steps first, as in the "
+                             "paper) (default: cold,warm)")
     parser.add_argument("--warm-start-steps", type=int, default=200,
-                        help="synchronous steps of a warm start (default: 200)")
+                        help="steps of a warm or single start (default: 200)")
     parser.add_argument("--window", type=int, default=PAPER_WINDOW,
                         help=f"smoothing window of the plots, in minibatches (default: "
                              f"{PAPER_WINDOW}, as in the paper)")
@@ -116,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
                 starts)
     if args.window <= 0:
         raise ConfigError(f"--window must be a positive number of minibatches, got {args.window}")
-    if "warm" in starts and args.warm_start_steps <= 0:
-        raise ConfigError(f"--warm-start-steps must be positive for a warm start, got "
-                          f"{args.warm_start_steps}")
+    if set(starts) & set(WARM_START_OF) and args.warm_start_steps <= 0:
+        raise ConfigError(f"--warm-start-steps must be positive for a warm or single start, "
+                          f"got {args.warm_start_steps}")
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)

@@ -2,9 +2,10 @@
 
 Reads each run folder's steps.jsonl (every step's minibatch error) and config.yaml,
 smooths the error with a sliding mean over `window` minibatches (the paper used
-400), and draws it against steps and against wall time. Cold and warm starts get a
-panel each; a one-worker run, which has no local phase, appears in both as the
-reference. Every PNG comes with the CSV table it was drawn from.
+400), and draws it against steps and against wall time. Cold, warm (synchronous) and
+single (one-worker) starts get a panel each; a one-worker run, which has no local
+phase, appears in every panel as the reference. Every PNG comes with the CSV table
+it was drawn from.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from hvdtrain.training import run_folder
 
 PAPER_WINDOW = 400
 MAX_POINTS = 500  # per run in the CSV tables and plots; the curves are smooth by then
+STARTS = ("cold", "warm", "single")
+PANEL_TITLES = {"cold": "cold start", "warm": "warm start: synchronous steps first",
+                "single": "warm start: one worker's steps first"}
 AXES = {"steps": ("step", "training step (minibatches per worker)"),
         "time": ("wall_seconds", "wall time (seconds)")}
 
@@ -35,13 +39,17 @@ class Curve:
     mode: str
     n_sync: int
     warm_start_steps: int
+    warm_start: str = "sync"
     step: list[int] = field(default_factory=list)
     wall_seconds: list[float] = field(default_factory=list)
     error: list[float] = field(default_factory=list)
 
     @property
     def start(self) -> str:
-        return "warm" if self.warm_start_steps > 0 else "cold"
+        """The sweep's name for how the run started: cold, warm or single."""
+        if self.warm_start_steps == 0:
+            return "cold"
+        return "single" if self.warm_start == "single" else "warm"
 
     @property
     def label(self) -> str:
@@ -65,9 +73,11 @@ def load_curve(run_dir: str) -> Curve:
         workers = run_folder.read_json(summary_path)["workers"]
     else:  # a run still going, or stopped: the workers of its last epoch
         workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
+    local = config.get("mode") == "local"
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
                   config.get("mode", "sync"), int(config.get("n_sync", 1)),
-                  int(config.get("warm_start_steps", 0)) if config.get("mode") == "local" else 0)
+                  int(config.get("warm_start_steps", 0)) if local else 0,
+                  str(config.get("warm_start", "sync")))
     # An elastic job that lost a worker right after writing some steps runs them again:
     # the later record of a step wins.
     by_step: dict[int, tuple[float, float]] = {}
@@ -124,12 +134,12 @@ def thinned(count: int, max_points: int = MAX_POINTS) -> list[int]:
 
 
 def panels(curves: list[Curve]) -> list[tuple[str, list[Curve]]]:
-    """(title, curves) per panel: cold and warm starts apart when both are present."""
-    starts = {c.start for c in curves if c.workers > 1}
-    if len(starts) < 2:
+    """(title, curves) per panel: each kind of start apart when there are several."""
+    present = {c.start for c in curves if c.workers > 1}
+    if len(present) < 2:
         return [("", curves)]
-    return [(f"{start} start", [c for c in curves if c.workers == 1 or c.start == start])
-            for start in ("cold", "warm")]
+    return [(PANEL_TITLES[start], [c for c in curves if c.workers == 1 or c.start == start])
+            for start in STARTS if start in present]
 
 
 def smoothed_rows(curves: list[Curve], window: int, axis: str) -> list[dict]:
@@ -147,7 +157,7 @@ def smoothed_rows(curves: list[Curve], window: int, axis: str) -> list[dict]:
 
 
 def _sort_key(curve: Curve):
-    return (curve.workers, curve.mode != "sync", curve.n_sync, curve.start)
+    return (curve.workers, curve.mode != "sync", curve.n_sync, STARTS.index(curve.start))
 
 
 def draw(curves: list[Curve], window: int, axis: str, path: str) -> None:

@@ -35,6 +35,7 @@ from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optim
                                   broadcast_model_state, build_optimizer)
 
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
+WARM_STARTS = ("sync", "single")
 
 
 class LocalSGD(tf.keras.callbacks.Callback):
@@ -42,10 +43,14 @@ class LocalSGD(tf.keras.callbacks.Callback):
 
     Args:
       n_sync: local steps between two averaging rounds.
-      warm_start_steps: synchronous steps (gradients averaged every step) before
-        going local: post-local SGD (Lin et al. 2018). Needs an optimizer made by
-        `with_gradient_averaging`. For Paine's one-worker warm start, load the
-        weights of a one-worker run before `fit` instead.
+      warm_start_steps: steps trained before going local, as `warm_start` says.
+      warm_start: "sync": gradients are averaged every step of the warm start
+        (post-local SGD, Lin et al. 2018); needs an optimizer made by
+        `with_gradient_averaging`. "single": Paine et al.'s one-worker warm start:
+        only rank 0's progress counts, and at its end (and at any epoch end within
+        it) every worker takes rank 0's state. The other workers train meanwhile
+        but their steps are discarded, so the phase costs the wall time of one
+        worker and no communication per step.
       average_bn_stats: also average non-trainable float variables.
       average_optimizer_state: also average optimizer slots.
       outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov".
@@ -61,17 +66,21 @@ class LocalSGD(tf.keras.callbacks.Callback):
     def __init__(self, n_sync: int, warm_start_steps: int = 0, average_bn_stats: bool = True,
                  average_optimizer_state: bool = False, outer_optimizer: str = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
-                 broadcast_initial_state: bool = True, fp16_allreduce: bool = False):
+                 broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
+                 warm_start: str = "sync"):
         super().__init__()
         if isinstance(n_sync, bool) or not isinstance(n_sync, int) or n_sync <= 0:
             raise ValueError(f"n_sync must be a positive integer, got {n_sync!r}")
         if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
                 or warm_start_steps < 0:
             raise ValueError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
+        if warm_start not in WARM_STARTS:
+            raise ValueError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
         if outer_optimizer not in OUTER_OPTIMIZERS:
             raise ValueError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
         self.n_sync = n_sync
         self.warm_start_steps = warm_start_steps
+        self.warm_start = warm_start
         self.average_bn_stats = average_bn_stats
         self.average_optimizer_state = average_optimizer_state
         self.outer = None if outer_optimizer == "none" else OuterOptimizer(
@@ -109,7 +118,8 @@ class LocalSGD(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         optimizer = base_optimizer(self.model.optimizer)
-        if self.warm_start_steps and not has_gradient_averaging(optimizer):
+        averages_gradients = self.warm_start == "sync" and self.warm_start_steps > 0
+        if averages_gradients and not has_gradient_averaging(optimizer):
             raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
         averager = self.attach(self.model)
@@ -117,30 +127,40 @@ class LocalSGD(tf.keras.callbacks.Callback):
             broadcast_model_state(self.model)
             comm.broadcast_variables(averager.buffers or [])
         averager.reset_anchor()
-        averager.trace(apply_outer=True)
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
         self.step = self._last_sync_step = int(optimizer.iterations.numpy())
+        averager.trace(apply_outer=True)
+        if self.step < self.warm_start_steps:
+            averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
         if has_gradient_averaging(optimizer):
-            optimizer.averaging_enabled.assign(self.step < self.warm_start_steps)
+            optimizer.averaging_enabled.assign(averages_gradients
+                                               and self.step < self.warm_start_steps)
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         if is_warm_start_end(self.step, self.warm_start_steps):
-            base_optimizer(self.model.optimizer).averaging_enabled.assign(False)
-            self._sync(apply_outer=False)
+            if self.warm_start == "sync":
+                base_optimizer(self.model.optimizer).averaging_enabled.assign(False)
+            self._warm_start_round()
         elif is_local_sync_step(self.step, self.n_sync, self.warm_start_steps):
-            self._epoch_distances.append(self._sync(apply_outer=True))
+            self._local_round()
 
-    def _sync(self, apply_outer: bool) -> float:
+    def _local_round(self) -> None:
         self._last_sync_step = self.step
-        return self.averager.average(apply_outer=apply_outer)
+        self._epoch_distances.append(self.averager.average(apply_outer=True))
+
+    def _warm_start_round(self) -> None:
+        # After a synchronous warm start only the BatchNorm statistics differ; after a
+        # one-worker warm start everything but rank 0's state is thrown away.
+        self._last_sync_step = self.step
+        self.averager.average(apply_outer=False, take_chief=self.warm_start == "single")
 
     def _sync_pending(self) -> None:
         if self.averager is not None and self.step > self._last_sync_step:
-            local = self.step > self.warm_start_steps
-            distance = self._sync(apply_outer=local)
-            if local:
-                self._epoch_distances.append(distance)
+            if self.step > self.warm_start_steps:
+                self._local_round()
+            else:
+                self._warm_start_round()
 
     def on_test_begin(self, logs=None):
         self._sync_pending()

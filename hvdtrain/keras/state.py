@@ -106,12 +106,12 @@ class ModelStateAverager:
         """Trace the averaging step again, e.g. after the number of workers changed."""
         self._average_fn = tf.function(self._average)
 
-    def trace(self, apply_outer: bool = True) -> None:
+    def trace(self, apply_outer: bool = True, take_chief: bool = False) -> None:
         """Build the averaging graph now, without running it, so the first round does not
         stall training for the seconds that tracing a large model takes."""
         if self.variables:
-            self._average_fn.get_concrete_function(tf.TensorSpec([], tf.float32),
-                                                   apply_outer and self.outer is not None)
+            self._average_fn.get_concrete_function(
+                tf.TensorSpec([], tf.float32), apply_outer and self.outer is not None, take_chief)
 
     def reset_anchor(self) -> None:
         """Take the current (consensus) weights as x0; call after a broadcast."""
@@ -119,20 +119,31 @@ class ModelStateAverager:
             for anchor, weight in zip(self.anchor, self.weights):
                 anchor.assign(weight)
 
-    def average(self, apply_outer: bool = True) -> float:
-        """One averaging round; returns the mean L2 distance of a worker's weights from the average."""
+    def average(self, apply_outer: bool = True, take_chief: bool = False) -> float:
+        """One averaging round; returns the mean L2 distance of a worker's weights from the average.
+
+        With `take_chief`, every worker takes rank 0's state instead of the mean (the end
+        of a one-worker warm start). It travels as a sum in which the other workers put
+        zeros: the same allreduce, bytes and fp16 rounding as an averaging round.
+        """
         if not self.variables:
             return 0.0
         # Floor the rate: SlowMo divides by it, and a cosine schedule reaches 0.
         inner_lr = tf.maximum(current_learning_rate(self.model.optimizer), 1e-12)
-        distance = self._average_fn(inner_lr, apply_outer and self.outer is not None)
+        distance = self._average_fn(inner_lr, apply_outer and self.outer is not None, take_chief)
         self.rounds += 1
         return float(distance)
 
-    def _average(self, inner_lr, apply_outer: bool):
+    def _average(self, inner_lr, apply_outer: bool, take_chief: bool):
         variables = self.variables
-        means = comm.average([v.read_value() for v in variables], name="model_state",
-                             fp16=self.fp16_allreduce)
+        if take_chief:
+            # Rank is read when this is traced; `retrace` runs whenever the workers change.
+            share = 1.0 if comm.is_chief() else 0.0
+            means = comm.total([v.read_value() * tf.constant(share, v.dtype) for v in variables],
+                               name="model_state_from_chief", fp16=self.fp16_allreduce)
+        else:
+            means = comm.average([v.read_value() for v in variables], name="model_state",
+                                 fp16=self.fp16_allreduce)
         n = len(self.weights)
         weight_means = means[:n]
         distance = tf.constant(0.0)

@@ -185,7 +185,8 @@ def train(cfg: TrainConfig, verbose: int | None = None,
 
     if cfg.mode == "local":
         state_sync = LocalSGD(
-            cfg.n_sync, cfg.warm_start_steps, average_bn_stats=cfg.average_bn_stats,
+            cfg.n_sync, cfg.warm_start_steps, warm_start=cfg.warm_start,
+            average_bn_stats=cfg.average_bn_stats,
             average_optimizer_state=cfg.average_optimizer_state,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce)

@@ -1,4 +1,5 @@
-"""LocalSGD in a plain user-written `model.fit`; records every rank's weights after every step.
+"""LocalSGD in a plain user-written `model.fit`, with each kind of warm start; records every
+rank's weights before and after every step's round.
 
 usage: local_sgd_probe.py RESULTS_DIR
 """
@@ -32,9 +33,8 @@ class WeightRecorder(tf.keras.callbacks.Callback):
         self.rows[-1] = self._weights()
 
 
-def main(results_dir):
-    hk.init()
-    rank = hk.rank()
+def fit(rank, warm_start):
+    """One user-written fit with LocalSGD; every rank's weights before and after each round."""
     tf.keras.utils.set_random_seed(100 + rank)  # different initial weights: the broadcast must fix it
     model = tf.keras.Sequential([
         tf.keras.Input((6,)),
@@ -48,22 +48,28 @@ def main(results_dir):
     rng = np.random.default_rng(rank)  # each worker its own data
     x = rng.normal(size=(STEPS * 4, 6)).astype("float32")
     y = rng.integers(0, 3, size=STEPS * 4)
-    local_sgd = hk.LocalSGD(n_sync=N_SYNC, warm_start_steps=WARM)
-    recorder = WeightRecorder()
+    local_sgd = hk.LocalSGD(n_sync=N_SYNC, warm_start_steps=WARM, warm_start=warm_start)
+    before, after = WeightRecorder(), WeightRecorder()
     history = model.fit(x, y, batch_size=4, epochs=EPOCHS, shuffle=False, verbose=0,
-                        callbacks=[local_sgd, recorder, hk.MetricAverage()])
+                        callbacks=[before, local_sgd, after, hk.MetricAverage()])
+    return {f"{warm_start}_before": np.stack(before.rows), f"{warm_start}_after": np.stack(after.rows),
+            f"{warm_start}_sync_count": local_sgd.sync_count,
+            f"{warm_start}_averaged_steps": int(optimizer.averaged_steps.numpy()),
+            f"{warm_start}_history": json.dumps(history.history)}
+
+
+def main(results_dir):
+    hk.init()
+    rank = hk.rank()
+    results = {**fit(rank, "sync"), **fit(rank, "single")}
 
     # MetricAverage on values that differ per rank.
     logs = {"loss": float(rank + 1), "accuracy": 0.5 * rank}
     hk.MetricAverage().on_epoch_end(0, logs)
 
     np.savez(os.path.join(results_dir, f"probe-rank{rank}.npz"),
-             weights=np.stack(recorder.rows),
              sync_points=np.array(sync_points(STEPS * EPOCHS, STEPS, N_SYNC, WARM)),
-             sync_count=local_sgd.sync_count,
-             averaged_steps=int(optimizer.averaged_steps.numpy()),
-             history=json.dumps(history.history),
-             averaged_logs=json.dumps(logs))
+             averaged_logs=json.dumps(logs), **results)
 
 
 if __name__ == "__main__":
