@@ -16,14 +16,13 @@ import os
 from dataclasses import dataclass
 
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
-from hvdtrain.benchmarks.learning_curves import PAPER_WINDOW, load_curve, plot_runs
+from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
+                                                 plot_runs)
 from hvdtrain.config import TrainConfig, load_config, parse_choice_list, parse_int_list
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
 from hvdtrain.training import run_folder
 
-STARTS = ("cold", "warm", "single")
-WARM_START_OF = {"warm": "sync", "single": "single"}  # sweep start -> train --warm-start
 # Set by the grid, or meaningless for a sweep.
 GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "warm_start", "out", "resume", "elastic",
                 "elastic_commit_every"}

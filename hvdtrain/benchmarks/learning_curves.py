@@ -23,7 +23,9 @@ from hvdtrain.training import run_folder
 
 PAPER_WINDOW = 400
 MAX_POINTS = 500  # per run in the CSV tables and plots; the curves are smooth by then
-STARTS = ("cold", "warm", "single")
+# How a run starts, by its sweep name, and the `--warm-start` of the named warm starts.
+WARM_START_OF = {"warm": "sync", "single": "single"}
+STARTS = ("cold", *WARM_START_OF)
 PANEL_TITLES = {"cold": "cold start", "warm": "warm start: synchronous steps first",
                 "single": "warm start: one worker's steps first"}
 AXES = {"steps": ("step", "training step (minibatches per worker)"),
@@ -49,7 +51,7 @@ class Curve:
         """The sweep's name for how the run started: cold, warm or single."""
         if self.warm_start_steps == 0:
             return "cold"
-        return "single" if self.warm_start == "single" else "warm"
+        return next(start for start, kind in WARM_START_OF.items() if kind == self.warm_start)
 
     @property
     def label(self) -> str:

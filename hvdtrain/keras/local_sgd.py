@@ -30,12 +30,10 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
+from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
                                   broadcast_model_state, build_optimizer)
-
-OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
-WARM_STARTS = ("sync", "single")
 
 
 class LocalSGD(tf.keras.callbacks.Callback):
