@@ -180,31 +180,25 @@ def test_local_sgd_counts_rounds_and_bytes(trained):
     assert results["plain_sync"][0]["summary"]["bytes_allreduced"] == 8 * gradient_bytes
 
 
-def test_post_local_sgd_with_batchnorm_ends_in_consensus(trained):
+@pytest.mark.parametrize("name, warm_start, gradient_steps", [
+    ("resnet_local_warm", "sync", 2),     # post-local SGD
+    ("resnet_local_single", "single", 0),  # Paine's one-worker warm start
+])
+def test_local_sgd_with_batchnorm_and_a_warm_start_ends_in_consensus(trained, name, warm_start,
+                                                                     gradient_steps):
     _, results, _ = trained
-    ranks = results["resnet_local_warm"]
+    ranks = results[name]
     _assert_same_on_both_ranks(ranks, "trainable")
     _assert_same_on_both_ranks(ranks, "non_trainable")
     summary = ranks[0]["summary"]
-    # 5 steps: synchronous for 2, then rounds at 4 (n_sync 2) and 5 (epoch end), plus the hand-over at 2.
+    # 5 steps: warm for 2, then rounds at 4 (n_sync 2) and 5 (epoch end), plus the hand-over at 2.
     assert summary["sync_count"] == len(sync_points(5, 5, 2, 2)) == 3
-    assert summary["gradient_steps_averaged"] == 2
-
-
-def test_one_worker_warm_start_sends_no_gradients_and_ends_in_consensus(trained):
-    _, results, _ = trained
-    ranks = results["resnet_local_single"]
-    _assert_same_on_both_ranks(ranks, "trainable")
-    _assert_same_on_both_ranks(ranks, "non_trainable")
-    summary = ranks[0]["summary"]
-    assert summary["sync_count"] == len(sync_points(5, 5, 2, 2)) == 3
-    assert summary["gradient_steps_averaged"] == 0
+    assert summary["gradient_steps_averaged"] == gradient_steps
     # Rounds move weights and BatchNorm statistics (float32); a sync warm start adds gradients.
     gradient_bytes = ranks[0]["trainable"].size * 4
     state_bytes = gradient_bytes + ranks[0]["non_trainable"].size * 4
-    for warm_start, name in (("single", "resnet_local_single"), ("sync", "resnet_local_warm")):
-        assert results[name][0]["summary"]["bytes_allreduced"] == expected_bytes_allreduced(
-            "local", 5, 5, 2, 2, gradient_bytes, state_bytes, 0, warm_start=warm_start)
+    assert summary["bytes_allreduced"] == expected_bytes_allreduced(
+        "local", 5, 5, 2, 2, gradient_bytes, state_bytes, 0, warm_start=warm_start)
 
 
 def test_init_weights_start_every_rank_from_a_saved_model(trained):
