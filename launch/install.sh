@@ -3,6 +3,9 @@
 # CI and both Docker images (docker/Dockerfile.cpu, docker/Dockerfile.gpu) run this.
 #
 #   bash launch/install.sh [VENV]           CPU: tensorflow-cpu, Horovod with Gloo
+#   PYTHON=python3.12 bash launch/install.sh [VENV]
+#                                           the interpreter for a new VENV (3.10 to 3.12;
+#                                           default python3)
 #   GPU=1 bash launch/install.sh [VENV]     GPU: tensorflow[and-cuda], Horovod with NCCL for
 #                                           GPU tensors (needs the CUDA toolkit and NCCL headers)
 #   MPI=1 ...                               also Horovod's MPI controller (needs Open MPI's mpicxx)
@@ -13,18 +16,24 @@
 # pass theirs as build ARGs). Horovod's own build variables (HOROVOD_CUDA_HOME,
 # HOROVOD_NCCL_HOME, HOROVOD_BUILD_CUDA_CC_LIST, ...) pass through to its build.
 #
-# Order matters: Horovod compiles against the TensorFlow already installed, so it
-# needs TF first and pip's --no-build-isolation. pip keeps the built Horovod wheel
-# in its cache, so a second install (a new venv, CI) takes seconds, not minutes.
+# Horovod 0.28.1 is the last release and does not build against TensorFlow 2.21 as it
+# is, so it is built from its PyPI sdist with the patches in launch/patches/ (each says
+# what it fixes and what it follows). Order matters: Horovod compiles against the
+# TensorFlow already installed, so it needs TF first and pip's --no-build-isolation.
+# The built wheel is kept in HVDTRAIN_WHEEL_CACHE (default ~/.cache/hvdtrain/wheels),
+# one per Horovod, TensorFlow, Python, build flavour and patch set, so a second install
+# (a new venv, CI) takes seconds, not minutes.
 set -euo pipefail
 
 VENV=${1:-.venv}
-PYTHON=${PYTHON:-python3.11}
-TF_VERSION=${TF_VERSION:-2.15.1}
+PYTHON=${PYTHON:-python3}
+TF_VERSION=${TF_VERSION:-2.21.0}
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 GPU=${GPU:-0}
 MPI=${MPI:-0}
 DATA_DIR=/usr/share/datasets/fashion-mnist
+PATCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/patches
+WHEEL_CACHE=${HVDTRAIN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hvdtrain/wheels}
 
 say() { printf 'install: %s\n' "$*"; }
 die() { printf 'install: error: %s\n' "$*" >&2; exit 1; }
@@ -73,6 +82,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP="$VENV/bin/pip"
 PY="$VENV/bin/python"
+"$PY" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' \
+    || die "$VENV has Python $("$PY" -c 'import platform; print(platform.python_version())'); hvdtrain needs 3.10 to 3.12 (set PYTHON=... for a new venv)"
 
 # --- TensorFlow ---
 if [ "$GPU" = 1 ]; then
@@ -83,9 +94,10 @@ fi
 say "installing $TF_REQ"
 "$PIP" install -q "$TF_REQ"
 
-# --- Horovod, compiled against that TensorFlow ---
+# --- Horovod, compiled against that TensorFlow with our patches ---
 features=(TensorFlow Gloo)
 build_env=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1)
+flavour=cpu
 if [ "$MPI" = 1 ]; then
     features+=(MPI)
     build_env+=(HOROVOD_WITH_MPI=1)
@@ -96,27 +108,56 @@ build_env+=(HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1)
 if [ "$GPU" = 1 ]; then
     features+=(NCCL)
     build_env+=(HOROVOD_GPU_OPERATIONS=NCCL)
+    flavour=gpu
 fi
-# pip's wheel cache knows a version, not its build options: a GPU or MPI build must not
-# be handed the Gloo-only CPU wheel cached by an earlier install.
-cache_opts=()
-if [ "$GPU" = 1 ] || [ "$MPI" = 1 ]; then cache_opts=(--no-cache-dir); fi
+if [ "$MPI" = 1 ]; then flavour=$flavour-mpi; fi
 built_with() {  # FEATURE...: the installed horovodrun --check-build ticks every one
     local check feature
     check=$("$VENV/bin/horovodrun" --check-build 2>/dev/null) || return 1
     for feature in "$@"; do grep -q "\[X\] $feature *\$" <<< "$check" || return 1; done
 }
-if ! "$PY" -c "import horovod, horovod.tensorflow; assert horovod.__version__ == '$HOROVOD_VERSION'" >/dev/null 2>&1; then
-    say "building horovod $HOROVOD_VERSION (a few minutes the first time; cached afterwards)"
-    env "${build_env[@]}" "$PIP" install -q --no-build-isolation "${cache_opts[@]}" "horovod==$HOROVOD_VERSION"
+# One wheel per everything that changes the binary: a wheel built for another TF, Python,
+# flavour or patch set would load and then fail on a missing symbol, or lack a feature.
+py_tag=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+patch_sum=$(cat "$PATCH_DIR"/*.patch | sha256sum | cut -c1-12)
+build_key="horovod-$HOROVOD_VERSION-tf$TF_VERSION-$py_tag-$flavour-$patch_sum"
+key_file="$VENV/.horovod-build"
+
+build_horovod_wheel() {  # builds the patched sdist into $WHEEL_CACHE/$build_key/
+    local work src patch
+    work=$(mktemp -d)
+    command -v patch >/dev/null 2>&1 || apt_install patch || die "the 'patch' tool is needed to build Horovod"
+    say "building horovod $HOROVOD_VERSION for $build_key (about 3 minutes, once)"
+    "$PIP" download -q --no-deps --no-binary :all: -d "$work" "horovod==$HOROVOD_VERSION"
+    tar -xzf "$work"/horovod-"$HOROVOD_VERSION".tar.gz -C "$work"
+    src="$work/horovod-$HOROVOD_VERSION"
+    for patch in "$PATCH_DIR"/*.patch; do
+        patch -d "$src" -p1 --forward --batch --quiet < "$patch" >/dev/null \
+            || die "patch $(basename "$patch") does not apply to horovod $HOROVOD_VERSION"
+    done
+    # Horovod's own runtime requirements, which its setup.py also wants at build time.
+    "$PIP" install -q cloudpickle psutil pyyaml packaging
+    env "${build_env[@]}" "$PIP" wheel -q --no-build-isolation --no-deps -w "$work/wheel" "$src" \
+        || die "building horovod $HOROVOD_VERSION failed (see the compiler output above)"
+    mkdir -p "$WHEEL_CACHE"
+    # Renamed into place whole, so an interrupted build never leaves half a cache entry.
+    mv "$work/wheel" "$WHEEL_CACHE/$build_key.tmp$$"
+    rm -rf "${WHEEL_CACHE:?}/$build_key"
+    mv "$WHEEL_CACHE/$build_key.tmp$$" "$WHEEL_CACHE/$build_key"
+    rm -rf "$work"
+}
+
+if [ "$(cat "$key_file" 2>/dev/null)" != "$build_key" ] || ! built_with "${features[@]}"; then
+    if ! ls "$WHEEL_CACHE/$build_key"/horovod-*.whl >/dev/null 2>&1; then
+        build_horovod_wheel
+    else
+        say "horovod $HOROVOD_VERSION from the wheel cache ($build_key)"
+    fi
+    "$PIP" install -q --force-reinstall --no-deps "$WHEEL_CACHE/$build_key"/horovod-*.whl
+    "$PIP" install -q cloudpickle psutil pyyaml packaging
+    echo "$build_key" > "$key_file"
 fi
-if ! built_with "${features[@]}"; then
-    # An existing install of the right version, built without something asked for now.
-    say "rebuilding horovod $HOROVOD_VERSION with ${features[*]}"
-    env "${build_env[@]}" "$PIP" install -q --no-build-isolation --no-cache-dir \
-        --force-reinstall --no-deps "horovod==$HOROVOD_VERSION"
-fi
-check=$("$VENV/bin/horovodrun" --check-build 2>/dev/null)
+check=$("$VENV/bin/horovodrun" --check-build 2>/dev/null) || die "horovodrun --check-build failed"
 for feature in "${features[@]}"; do
     echo "$check" | grep -q "\[X\] $feature *\$" || die "horovod was built without $feature: $check"
 done
