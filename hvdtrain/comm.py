@@ -1,9 +1,12 @@
 """Every call hvdtrain makes into Horovod goes through this module.
 
-Horovod 0.28.1 is the last release and does not support Keras 3, so keeping the
-dependency behind a handful of functions means a move to another collective
-library (or a future Horovod) changes this file only. We use the framework-level
-`horovod.tensorflow` ops, not Horovod's Keras callbacks, for the same reason.
+Horovod 0.28.1 is the last release. Its TensorFlow ops (built with the patches in
+launch/patches) work on TensorFlow 2.21, but its Keras layer does not work with
+Keras 3: `horovod.tensorflow.keras.DistributedOptimizer` trains without averaging,
+and `broadcast_variables` / `DistributedGradientTape` fail on Keras 3 variables. So
+everything here takes and returns tensors, never Keras variables; the Keras layer
+(`hvdtrain.keras`) reads variables into tensors and assigns the results back. A move
+to another collective library (or a future Horovod) changes this file only.
 """
 
 from __future__ import annotations
@@ -46,10 +49,6 @@ def cross_rank() -> int:
     return hvd.cross_rank()
 
 
-def cross_size() -> int:
-    return hvd.cross_size()
-
-
 def is_chief() -> bool:
     return hvd.rank() == 0
 
@@ -88,9 +87,15 @@ def average_scalars(values: Mapping[str, float], name: str = "scalars") -> dict[
     return dict(zip(keys, (float(v) for v in mean.numpy())))
 
 
-def broadcast_variables(variables: Sequence[tf.Variable], root_rank: int = 0) -> None:
-    if hvd.size() > 1 and variables:
-        hvd.broadcast_variables(list(variables), root_rank=root_rank)
+def broadcast(tensors: Sequence[tf.Tensor], root_rank: int = 0,
+              name: str | None = None) -> list[tf.Tensor]:
+    """Each tensor as `root_rank` holds it, on every worker. Bit-exact for any dtype."""
+    tensors = list(tensors)
+    if hvd.size() == 1 or not tensors:
+        return tensors
+    prefix = name or "broadcast"
+    return [hvd.broadcast(t, root_rank=root_rank, name=f"{prefix}_{i}")
+            for i, t in enumerate(tensors)]
 
 
 def broadcast_object(obj, root_rank: int = 0, name: str | None = None):
@@ -117,7 +122,7 @@ class ElasticState(ObjectState):
         self._save_variables()
 
     def _save_variables(self):
-        self._saved = [tf.identity(v) for v in self._variables]
+        self._saved = [tf.identity(tf.convert_to_tensor(v)) for v in self._variables]
 
     def save(self):
         self._save_variables()
@@ -129,7 +134,9 @@ class ElasticState(ObjectState):
         super().restore()
 
     def sync(self):
-        broadcast_variables(self._variables)
+        values = broadcast([tf.convert_to_tensor(v) for v in self._variables], name="elastic_sync")
+        for variable, value in zip(self._variables, values):
+            variable.assign(value)
         self._save_variables()
         super().sync()
 

@@ -22,6 +22,9 @@ OPTIMIZERS = ("sgd", "adam")
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 WARM_STARTS = ("sync", "single")
+# Like PyTorch DDP's default bucket: large enough to amortise a round trip, small enough
+# that the last layers' gradients go out while the first layers are still computing.
+DEFAULT_BUCKET_MB = 25.0
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
@@ -101,7 +104,7 @@ class TrainConfig:
     fp16_allreduce: bool = _opt(
         False, "send gradients and weights through allreduce as float16 (half the bytes)")
     bucket_mb: float = _opt(
-        25.0, "sync mode: average gradients in groups of about this many MB, last layers "
+        DEFAULT_BUCKET_MB, "sync mode: average gradients in groups of about this many MB, last layers "
               "first, so early groups travel while back-propagation goes on (0: one group)")
 
     # Output and fault tolerance.

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+import keras
 import tensorflow as tf
 
 from hvdtrain import comm
@@ -65,12 +66,12 @@ class _RecordingState:
 
 
 def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
-    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     state = _RecordingState(model)
     logged = []
 
-    class EpochLog(tf.keras.callbacks.Callback):
+    class EpochLog(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
             logged.append((epoch, list(state.commits)))
 
@@ -86,13 +87,13 @@ def test_step_log_flushed_at_commits_writes_each_step_once_with_its_own_value(tm
     comm.init()  # a world of one worker
 
     def fit_logging(path, flush_after):
-        tf.keras.utils.set_random_seed(1)
-        model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
-        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), metrics=["accuracy"],
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"],
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         step_log = StepLog(str(path), time.time())
 
-        class Flush(tf.keras.callbacks.Callback):  # as ElasticCommit does before committing
+        class Flush(keras.callbacks.Callback):  # as ElasticCommit does before committing
             def on_train_batch_end(self, batch, logs=None):
                 if batch in flush_after:
                     step_log.flush()

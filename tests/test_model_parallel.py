@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+import keras
 import tensorflow as tf
 
 from conftest import WORKERS_DIR, horovodrun, load_rank_files
@@ -109,11 +110,11 @@ def test_two_columns_have_the_papers_61_million_parameters_at_224_and_227(alexne
 
 @pytest.mark.parametrize("input_shape, classes, lrn", [((8, 8, 1), 3, True), ((20, 24, 3), 7, False)])
 def test_two_columns_take_any_small_input_and_output_float32_logits(input_shape, classes, lrn):
-    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         model = alexnet_2col(input_shape, classes, lrn=lrn)
     finally:
-        tf.keras.mixed_precision.set_global_policy("float32")
+        keras.mixed_precision.set_global_policy("float32")
     out = model(np.ones((2, *input_shape), np.float32))
     assert out.shape == (2, classes) and out.dtype == tf.float32
     assert model.get_layer("fc7_col1").compute_dtype == "float16"
@@ -125,7 +126,7 @@ def _weighted_inputs(model, name):
     while pending:
         inbound = pending.pop().inbound_nodes[0].inbound_layers
         for layer in inbound if isinstance(inbound, list) else [inbound]:
-            if isinstance(layer, tf.keras.layers.InputLayer):
+            if isinstance(layer, keras.layers.InputLayer):
                 found.add("input")
             elif layer.weights:
                 found.add(layer.name)
@@ -178,7 +179,7 @@ def _split_one_tower_weights(one_tower, two_col):
 
 def test_two_columns_compute_the_grouped_one_tower_alexnet():
     # 99x99 leaves 2x2 maps before fc6, so the flattening order matters.
-    tf.keras.utils.set_random_seed(3)
+    keras.utils.set_random_seed(3)
     one_tower, two_col = alexnet((99, 99, 3), 10), alexnet_2col((99, 99, 3), 10)
     _split_one_tower_weights(one_tower, two_col)
     x = np.random.default_rng(3).uniform(0, 255, size=(4, 99, 99, 3)).astype("float32")
@@ -189,18 +190,18 @@ def test_two_columns_compute_the_grouped_one_tower_alexnet():
 
 @pytest.mark.parametrize("loss_scale", [False, True])
 def test_training_step_with_colocated_gradients_matches_keras_tape_step(loss_scale):
-    tf.keras.utils.set_random_seed(4)
+    keras.utils.set_random_seed(4)
     ours, keras_own = (alexnet_2col((32, 32, 3), 10, dropout=0.0) for _ in range(2))
     keras_own.set_weights(ours.get_weights())
     initial = np.concatenate([w.ravel() for w in ours.get_weights()])
     rng = np.random.default_rng(4)
     x, y = rng.uniform(0, 255, size=(16, 32, 32, 3)).astype("float32"), rng.integers(0, 10, 16)
     for model, eagerly in ((ours, False), (keras_own, True)):  # eagerly: Keras's GradientTape step
-        optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
+        optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
         if loss_scale:
-            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+            optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
         model.compile(optimizer, run_eagerly=eagerly,
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     trained = [np.concatenate([w.ravel() for w in m.get_weights()]) for m in (ours, keras_own)]
     assert np.abs(trained[0] - initial).max() > 1e-3

@@ -47,7 +47,8 @@ def test_warmup_epochs_convert_to_steps():
 
 @pytest.mark.parametrize("decay", ["cosine", "step", "constant"])
 def test_keras_schedule_matches_pure_function(decay):
-    import tensorflow as tf
+    import keras
+import tensorflow as tf
 
     from hvdtrain.keras.schedule import WarmupDecaySchedule
 
@@ -56,7 +57,7 @@ def test_keras_schedule_matches_pure_function(decay):
     for step in (0, 1, 20, 36, 37, 38, 200, 300, 399, 400, 450):
         assert float(schedule(tf.constant(step))) == pytest.approx(
             learning_rate_at(step, spec), rel=1e-5, abs=1e-8), step
-    clone = tf.keras.optimizers.schedules.deserialize(
-        tf.keras.optimizers.schedules.serialize(schedule))
+    clone = keras.optimizers.schedules.deserialize(
+        keras.optimizers.schedules.serialize(schedule))
     assert clone.spec == spec
     assert math.isclose(float(clone(tf.constant(10))), learning_rate_at(10, spec), rel_tol=1e-5)

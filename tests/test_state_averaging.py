@@ -1,6 +1,7 @@
 """ModelStateAverager in one process (a world of one worker): tracing ahead of the first round."""
 
 import pytest
+import keras
 import tensorflow as tf
 
 from hvdtrain import comm
@@ -12,7 +13,7 @@ from hvdtrain.models import build_model
 def test_traced_ahead_the_rounds_reuse_the_graph_instead_of_tracing_again(outer):
     comm.init()
     model = build_model("lenet", (28, 28, 1), 10)
-    model.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    model.compile(keras.optimizers.SGD(0.1), "mse")
     averager = ModelStateAverager(model, outer=outer)
     averager.trace(apply_outer=True)
     assert averager._average_fn.experimental_get_tracing_count() == 1

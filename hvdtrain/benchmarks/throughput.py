@@ -17,13 +17,14 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
+import keras
 import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import StepTimer, all_workers, seconds_per_call
-from hvdtrain.config import load_config, parse_shape
+from hvdtrain.config import DEFAULT_BUCKET_MB, load_config, parse_shape
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import ModelStateAverager, base_optimizer, variable_bytes
 
@@ -46,7 +47,7 @@ class Setup:
     xla: bool = False
     mixed_precision: bool = False
     fp16_allreduce: bool = False
-    bucket_mb: float = 25.0
+    bucket_mb: float = DEFAULT_BUCKET_MB
 
     @property
     def label(self) -> str:
@@ -67,21 +68,21 @@ def _train_config(setup: Setup, total_steps: int, out: str):
         fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb, out=out))
 
 
-def _gradient_exchange(model: tf.keras.Model, fp16: bool):
+def _gradient_exchange(model: keras.Model, fp16: bool):
     """One step's gradient averaging, on stand-in gradients: hvdtrain's own (its groups
     included); for the plain-Horovod reference, one grouped allreduce of them all."""
-    optimizer = base_optimizer(model.optimizer)
-    pairs = [(tf.identity(v), v) for v in model.trainable_variables]
+    optimizer = model.optimizer
+    grads = [tf.identity(tf.convert_to_tensor(v)) for v in model.trainable_variables]
     if has_gradient_averaging(optimizer):
-        return tf.function(lambda: optimizer.aggregate_gradients(pairs))
-    return tf.function(lambda: comm.average([g for g, _ in pairs], name="bench_gradients", fp16=fp16))
+        return tf.function(lambda: optimizer.average_gradients(grads))
+    return tf.function(lambda: comm.average(grads, name="bench_gradients", fp16=fp16))
 
 
 def measure(setup: Setup) -> dict:
     """Train `setup` on every worker of this job; the row of results, on every worker."""
     from hvdtrain.training.runner import train
 
-    tf.keras.backend.clear_session()
+    keras.backend.clear_session()
     steps = rounded_steps(setup.steps, setup.n_sync if setup.mode == "local" else None)
     total_steps = setup.warmup_steps + steps
     timer = StepTimer(setup.warmup_steps)

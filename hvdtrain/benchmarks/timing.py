@@ -6,12 +6,13 @@ import time
 from typing import Callable
 
 import numpy as np
+import keras
 import tensorflow as tf
 
 from hvdtrain import comm
 
 
-class StepTimer(tf.keras.callbacks.Callback):
+class StepTimer(keras.callbacks.Callback):
     """Seconds of every training step after the first `warmup_steps` (tracing, pipeline
     start-up). Put it last: a step's time then includes every other callback's work."""
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numbers
 
-import tensorflow as tf
+import keras
 
 from hvdtrain import comm
 from hvdtrain.keras.state import ModelStateAverager, broadcast_model_state
 
 
-class BroadcastInitialState(tf.keras.callbacks.Callback):
+class BroadcastInitialState(keras.callbacks.Callback):
     """Copies rank 0's weights and optimizer state to every worker before the first step.
 
     Horovod's own callback does this after the first batch; here it happens in
@@ -30,7 +30,7 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
         broadcast_model_state(self.model, self.root_rank)
 
 
-class MetricAverage(tf.keras.callbacks.Callback):
+class MetricAverage(keras.callbacks.Callback):
     """Replaces every numeric epoch log with its mean over workers, so all ranks agree."""
 
     def on_epoch_end(self, epoch, logs=None):
@@ -41,7 +41,7 @@ class MetricAverage(tf.keras.callbacks.Callback):
         logs.update(comm.average_scalars(numeric, name=f"epoch_{epoch}_metrics"))
 
 
-class AverageModelStatistics(tf.keras.callbacks.Callback):
+class AverageModelStatistics(keras.callbacks.Callback):
     """Averages non-trainable state (BatchNorm moving statistics) at every epoch end.
 
     In synchronous training the weights stay identical but each worker's BatchNorm
@@ -54,7 +54,7 @@ class AverageModelStatistics(tf.keras.callbacks.Callback):
         self.averager: ModelStateAverager | None = None
         self._pending = False
 
-    def attach(self, model: tf.keras.Model) -> ModelStateAverager:
+    def attach(self, model: keras.Model) -> ModelStateAverager:
         if self.averager is None:
             self.averager = ModelStateAverager(model, trainable=False, statistics=True)
         return self.averager

@@ -1,12 +1,20 @@
 """Synchronous data parallelism: an optimizer that averages gradients across workers.
 
-Keras 2.15 optimizers call `aggregate_gradients` before every update and document
-it as the place for custom aggregation; we override it with one grouped Horovod
-allreduce. Unlike `hvd.DistributedOptimizer`, the averaging can be switched off
-and on during a run through a variable read inside the compiled step, which is
-what post-local SGD needs (synchronous for K steps, then local) without
-recompiling the model. A counter variable records how many steps averaged, so
-communication is accounted for exactly.
+Keras 3 optimizers have one narrow, public entry point for an update:
+`apply(grads, trainable_variables)` (`apply_gradients` and every backend's train
+step go through it). We override it to average the gradients first, in grouped
+Horovod allreduces of up to `bucket_mb`, then let the optimizer update as usual.
+That keeps the model's own `train_step` untouched, so it works for any model,
+including ones with their own step (the two-column AlexNet). Wrapping the
+outermost optimizer matters with mixed precision: a `LossScaleOptimizer` checks the
+gradients for overflow in its `apply`, so averaging there first gives every worker
+the same gradients and all skip an overflowing step together.
+
+Unlike `hvd.DistributedOptimizer` (which on Keras 3 silently does not average at
+all), the averaging can be switched off and on during a run through a variable read
+inside the compiled step, which is what post-local SGD needs (synchronous for K
+steps, then local) without recompiling the model. A counter variable records how
+many steps averaged, so communication is accounted for exactly.
 """
 
 from __future__ import annotations
@@ -15,10 +23,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import gradient_buckets
-
-# Like PyTorch DDP's default bucket: large enough to amortise a round trip, small enough
-# that the last layers' gradients go out while the first layers are still computing.
-DEFAULT_BUCKET_MB = 25.0
+from hvdtrain.config import DEFAULT_BUCKET_MB
 
 _CLASS_CACHE: dict[type, type] = {}
 
@@ -31,37 +36,41 @@ class GradientAveragingMixin:
         super().__init__(*args, **kwargs)
         self.fp16_allreduce = fp16_allreduce
         self.bucket_mb = bucket_mb
-        # Plain tf.Variables, not optimizer slots: they are not in `optimizer.variables`,
-        # so broadcasting or averaging the optimizer state leaves them alone.
+        # Plain tf.Variables, not Keras optimizer variables: they are not in
+        # `optimizer.variables`, so broadcasting or averaging the optimizer state leaves
+        # them alone, but tf.train.Checkpoint still saves them with the optimizer.
         self.averaging_enabled = tf.Variable(averaging, trainable=False, dtype=tf.bool,
                                              name="gradient_averaging_enabled")
         self.averaged_steps = tf.Variable(0, trainable=False, dtype=tf.int64,
                                           name="gradient_averaged_steps")
 
-    def aggregate_gradients(self, grads_and_vars):
-        grads_and_vars = list(grads_and_vars)
-        if comm.size() == 1:
-            return grads_and_vars
-        present = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
-        grads = [tf.convert_to_tensor(grads_and_vars[i][0]) for i in present]
+    def apply(self, grads, trainable_variables=None):
+        if comm.size() > 1:
+            grads = self.average_gradients(list(grads))
+        return super().apply(grads, trainable_variables)
 
-        sizes = [g.shape.num_elements() * g.dtype.size for g in grads]
+    def average_gradients(self, grads: list) -> list:
+        """The workers' mean of `grads` (None entries kept) while averaging is enabled,
+        else `grads` as they are; for a compiled step (the switch is read inside it)."""
+        present = [i for i, g in enumerate(grads) if g is not None]
+        tensors = [tf.convert_to_tensor(grads[i]) for i in present]
+        sizes = [t.shape.num_elements() * t.dtype.size for t in tensors]
         buckets = gradient_buckets(sizes, self.bucket_mb * 1e6)
 
         def averaged():
             self.averaged_steps.assign_add(1)
-            result = [None] * len(grads)
+            result = [None] * len(tensors)
             for k, bucket in enumerate(buckets):
-                means = comm.average([grads[i] for i in bucket], name=f"gradients_{k}",
+                means = comm.average([tensors[i] for i in bucket], name=f"gradients_{k}",
                                      fp16=self.fp16_allreduce)
                 for i, mean in zip(bucket, means):
                     result[i] = mean
             return tuple(result)
 
-        averaged_grads = tf.cond(self.averaging_enabled, averaged, lambda: tuple(grads))
-        result = list(grads_and_vars)
-        for i, grad in zip(present, averaged_grads):
-            result[i] = (grad, grads_and_vars[i][1])
+        chosen = tf.cond(self.averaging_enabled, averaged, lambda: tuple(tensors))
+        result = list(grads)
+        for i, grad in zip(present, chosen):
+            result[i] = grad
         return result
 
 
@@ -80,15 +89,13 @@ def with_gradient_averaging(optimizer, averaging: bool = True, fp16_allreduce: b
                             bucket_mb: float = DEFAULT_BUCKET_MB):
     """A new optimizer like `optimizer` (same class and config) that averages gradients.
 
-    Call before `model.compile`; the original optimizer must not have been used yet.
+    Works for any Keras 3 optimizer, and for a `keras.optimizers.LossScaleOptimizer`
+    (wrap that one, not its inner optimizer). Call before `model.compile`; the
+    original optimizer must not have been used yet.
     """
     cls = gradient_averaging_class(type(optimizer))
-    config = dict(optimizer.get_config())
-    config.pop("is_legacy_optimizer", None)
-    if isinstance(config.get("learning_rate"), dict):
-        config["learning_rate"] = tf.keras.optimizers.schedules.deserialize(
-            config["learning_rate"])
-    return cls(averaging=averaging, fp16_allreduce=fp16_allreduce, bucket_mb=bucket_mb, **config)
+    return cls.from_config({**optimizer.get_config(), "averaging": averaging,
+                            "fp16_allreduce": fp16_allreduce, "bucket_mb": bucket_mb})
 
 
 def has_gradient_averaging(optimizer) -> bool:

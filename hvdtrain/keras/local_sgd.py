@@ -4,13 +4,13 @@ Every worker trains on its own shard without exchanging gradients; every `n_sync
 steps the workers' state is averaged in one grouped allreduce (Paine's
 n_fetch = n_push = n_sync). Use it with any `model.fit`:
 
-    import tensorflow as tf
+    import keras
     import hvdtrain.keras as hk
 
     hk.init()
-    model = ...                                  # any built Keras model
+    model = ...                                  # any built Keras 3 model
     optimizer = hk.with_gradient_averaging(      # only needed for warm_start_steps > 0
-        tf.keras.optimizers.SGD(0.05, momentum=0.9), averaging=False)
+        keras.optimizers.SGD(0.05, momentum=0.9), averaging=False)
     model.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(dataset_shard, epochs=5, callbacks=[
         hk.LocalSGD(n_sync=100, warm_start_steps=500),   # first: it syncs before evaluation
@@ -26,17 +26,16 @@ averages", for the measurement behind that default).
 
 from __future__ import annotations
 
-import tensorflow as tf
+import keras
 
-from hvdtrain import comm
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
-                                  broadcast_model_state, build_optimizer)
+                                  broadcast_model_state, broadcast_variables, build_optimizer)
 
 
-class LocalSGD(tf.keras.callbacks.Callback):
+class LocalSGD(keras.callbacks.Callback):
     """Average the workers' weights every `n_sync` steps instead of every step.
 
     Args:
@@ -103,7 +102,7 @@ class LocalSGD(tf.keras.callbacks.Callback):
         """Payload this worker allreduced in averaging rounds (gradients not included)."""
         return self.averager.bytes_allreduced if self.averager else 0
 
-    def attach(self, model: tf.keras.Model) -> ModelStateAverager:
+    def attach(self, model: keras.Model) -> ModelStateAverager:
         """Create the averaging state now (it is created at train begin otherwise), e.g. to
         restore its outer-optimizer buffers from a checkpoint before `fit`."""
         if self.averager is None:
@@ -123,7 +122,7 @@ class LocalSGD(tf.keras.callbacks.Callback):
         averager = self.attach(self.model)
         if self.broadcast_initial_state:
             broadcast_model_state(self.model)
-            comm.broadcast_variables(averager.buffers or [])
+            broadcast_variables(averager.buffers or [], name="outer_momentum")
         averager.reset_anchor()
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
         self.step = self._last_sync_step = int(optimizer.iterations.numpy())

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
+import keras
 import tensorflow as tf
 
 from hvdtrain.schedules import STEP_DECAY_POINTS, ScheduleSpec
 
 
-@tf.keras.utils.register_keras_serializable(package="hvdtrain")
-class WarmupDecaySchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+@keras.saving.register_keras_serializable(package="hvdtrain")
+class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from the one-worker rate to the scaled rate, then decay."""
 
     def __init__(self, base_lr, per_worker_batch, workers, warmup_steps, total_steps,

@@ -4,28 +4,65 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import keras
 import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import outer_step, payload_bytes
 
 
+def _dtype(variable) -> tf.DType:
+    # Keras 3 variables name their dtype as a string, tf.Variables as a tf.DType.
+    return tf.as_dtype(variable.dtype)
+
+
 def _floating(variables):
-    return [v for v in variables if v.dtype.is_floating]
+    return [v for v in variables if _dtype(v).is_floating]
 
 
-def optimizer_slots(optimizer) -> list[tf.Variable]:
-    """The optimizer's per-weight state (momentum, Adam moments), not its step counter."""
-    return _floating(base_optimizer(optimizer).variables)
+def read(variables) -> list[tf.Tensor]:
+    """The current values of Keras (or TensorFlow) variables, as tensors for `comm`."""
+    return [tf.convert_to_tensor(v) for v in variables]
+
+
+def assign(variables, values) -> None:
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
+def optimizer_slots(optimizer) -> list:
+    """The optimizer's per-weight state (momentum, Adam moments): not its step counter,
+    and not its learning-rate variable (Keras 3 keeps a constant rate as a variable)."""
+    inner = base_optimizer(optimizer)
+    own = {id(inner.iterations), id(getattr(inner, "_learning_rate", None))}
+    return [v for v in _floating(inner.variables) if id(v) not in own]
 
 
 def variable_bytes(variables, fp16: bool = False) -> int:
     """Allreduce payload of these variables; fp16 compression halves float32 and float64 ones."""
-    return payload_bytes((v.shape.as_list(), 2 if fp16 and v.dtype.is_floating else v.dtype.size)
+    return payload_bytes((list(v.shape), 2 if fp16 and _dtype(v).is_floating else _dtype(v).size)
                          for v in variables)
 
 
-def build_optimizer(model: tf.keras.Model) -> None:
+def model_weights(model: keras.Model) -> list:
+    """Trainable weights and float state (BatchNorm statistics): what makes two replicas the
+    same model. Not the dropout seed generators, so that workers keep drawing their own masks."""
+    return list(model.trainable_variables) + _floating(model.non_trainable_variables)
+
+
+def reseed_dropout(model: keras.Model, seed: int) -> None:
+    """Give the model's random layers (Dropout, augmentation) a new stream from `seed`.
+
+    Keras 3 layers draw their randomness from SeedGenerator variables set when the
+    model is built, so workers that built it from one seed would draw identical dropout
+    masks; each worker reseeds them with its own seed before training.
+    """
+    for variable in model.non_trainable_variables:
+        if variable.path.endswith("seed_generator_state"):
+            variable.assign(tf.constant([seed, 0], _dtype(variable)))
+
+
+def build_optimizer(model: keras.Model) -> None:
     """Create the optimizer's slots now (Keras makes them lazily at the first step)."""
     if not model.built:
         raise ValueError("the model has no weights yet: give it an input shape (or call it "
@@ -33,11 +70,17 @@ def build_optimizer(model: tf.keras.Model) -> None:
     model.optimizer.build(model.trainable_variables)
 
 
-def broadcast_model_state(model: tf.keras.Model, root_rank: int = 0) -> None:
+def broadcast_variables(variables, root_rank: int = 0, name: str = "variables") -> None:
+    """Every worker's `variables` take `root_rank`'s values."""
+    variables = list(variables)
+    assign(variables, comm.broadcast(read(variables), root_rank=root_rank, name=name))
+
+
+def broadcast_model_state(model: keras.Model, root_rank: int = 0) -> None:
     """Make every worker start from rank 0's weights and optimizer state."""
     build_optimizer(model)
-    comm.broadcast_variables(list(model.variables) + list(model.optimizer.variables),
-                             root_rank=root_rank)
+    broadcast_variables(model_weights(model) + list(model.optimizer.variables),
+                        root_rank=root_rank, name="model_state")
 
 
 def base_optimizer(optimizer):
@@ -48,7 +91,7 @@ def base_optimizer(optimizer):
 def current_learning_rate(optimizer) -> tf.Tensor:
     optimizer = base_optimizer(optimizer)
     lr = optimizer._learning_rate  # the schedule itself, not the value cached at the last step
-    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
+    if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
         # The rate that produced the latest update.
         return tf.cast(lr(tf.maximum(optimizer.iterations - 1, 0)), tf.float32)
     return tf.cast(tf.convert_to_tensor(lr), tf.float32)
@@ -71,7 +114,7 @@ class ModelStateAverager:
     go through `hvdtrain.averaging.outer_step` before every worker takes them.
     """
 
-    def __init__(self, model: tf.keras.Model, *, trainable: bool = True,
+    def __init__(self, model: keras.Model, *, trainable: bool = True,
                  statistics: bool = True, optimizer_state: bool = False,
                  outer: OuterOptimizer | None = None, fp16_allreduce: bool = False):
         self.model = model
@@ -83,9 +126,12 @@ class ModelStateAverager:
         self.rounds = 0
         self.anchor = self.buffers = None
         if self.outer is not None:
-            # x0 (the weights after the last round) and the outer momentum buffer u.
-            self.anchor = [tf.Variable(w, trainable=False) for w in self.weights]
-            self.buffers = [tf.Variable(tf.zeros_like(w), trainable=False) for w in self.weights]
+            # x0 (the weights after the last round) and the outer momentum buffer u. Plain
+            # tf.Variables: hvdtrain's own state, not layers' weights that Keras should save.
+            self.anchor = [tf.Variable(tf.convert_to_tensor(w), trainable=False)
+                           for w in self.weights]
+            self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
+                            for w in self.weights]
         self._average_fn = tf.function(self._average)
 
     @property
@@ -139,17 +185,16 @@ class ModelStateAverager:
         if take_chief:
             # Rank is read when this is traced; `retrace` runs whenever the workers change.
             share = 1.0 if comm.is_chief() else 0.0
-            means = comm.total([v.read_value() * tf.constant(share, v.dtype) for v in variables],
+            means = comm.total([t * tf.constant(share, t.dtype) for t in read(variables)],
                                name="model_state_from_chief", fp16=self.fp16_allreduce)
         else:
-            means = comm.average([v.read_value() for v in variables], name="model_state",
-                                 fp16=self.fp16_allreduce)
+            means = comm.average(read(variables), name="model_state", fp16=self.fp16_allreduce)
         n = len(self.weights)
         weight_means = means[:n]
         distance = tf.constant(0.0)
         if self.weights:
-            squared = [tf.reduce_sum(tf.square(w.read_value() - m))
-                       for w, m in zip(self.weights, weight_means)]
+            squared = [tf.reduce_sum(tf.square(w - m))
+                       for w, m in zip(read(self.weights), weight_means)]
             (distance,) = comm.average([tf.sqrt(tf.add_n(squared))], name="weight_divergence")
 
         if self.anchor is not None:
@@ -165,6 +210,5 @@ class ModelStateAverager:
             else:
                 for anchor, mean in zip(self.anchor, weight_means):
                     anchor.assign(mean)
-        for variable, value in zip(variables, list(weight_means) + means[n:]):
-            variable.assign(value)
+        assign(variables, list(weight_means) + means[n:])
         return distance

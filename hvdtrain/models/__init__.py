@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-import tensorflow as tf
+import keras
 
 from hvdtrain.errors import ConfigError
 from hvdtrain.models.alexnet import alexnet
@@ -17,7 +17,7 @@ from hvdtrain.models.lenet import lenet5
 from hvdtrain.models.resnet50 import resnet50
 from hvdtrain.models.resnet_cifar import cifar_resnet
 
-_REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
+_REGISTRY: dict[str, Callable[..., keras.Model]] = {
     "alexnet": alexnet,
     "alexnet-lrn": lambda input_shape, num_classes: alexnet(input_shape, num_classes, lrn=True),
     "alexnet-2col": alexnet_2col,
@@ -37,7 +37,7 @@ def model_names() -> list[str]:
 SPLITTABLE = {"alexnet-2col"}
 
 
-def build_model(name: str, input_shape, num_classes: int, devices=None) -> tf.keras.Model:
+def build_model(name: str, input_shape, num_classes: int, devices=None) -> keras.Model:
     """`devices`: for a splittable model, the devices to place its parts on."""
     if name not in _REGISTRY:
         raise ConfigError(f"--model must be one of {', '.join(model_names())}, got {name!r}")

@@ -10,9 +10,10 @@ the paper's 6x6x256 before fc6; smaller inputs work too.
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
-layers = tf.keras.layers
+layers = keras.layers
 
 
 def _pool(x, name):
@@ -28,8 +29,8 @@ def _lrn(x, name):
 
 
 def alexnet(input_shape, num_classes: int, lrn: bool = False, dropout: float = 0.5,
-            groups: int = 2) -> tf.keras.Model:
-    inputs = tf.keras.Input(shape=input_shape)
+            groups: int = 2) -> keras.Model:
+    inputs = keras.Input(shape=input_shape)
     x = layers.ZeroPadding2D(2, name="pad1")(inputs)
     x = layers.Conv2D(96, 11, strides=4, activation="relu", name="conv1")(x)
     x = _lrn(x, "lrn1") if lrn else x
@@ -47,4 +48,4 @@ def alexnet(input_shape, num_classes: int, lrn: bool = False, dropout: float = 0
     x = layers.Dense(4096, activation="relu", name="fc7")(x)
     x = layers.Dropout(dropout)(x)
     outputs = layers.Dense(num_classes, name="logits", dtype="float32")(x)
-    return tf.keras.Model(inputs, outputs, name="alexnet")
+    return keras.Model(inputs, outputs, name="alexnet")

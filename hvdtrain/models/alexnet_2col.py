@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import keras
 import tensorflow as tf
 
 from hvdtrain.errors import ConfigError
 
-layers = tf.keras.layers
+layers = keras.layers
 
 COLUMNS = 2
 CONV_FILTERS = {"conv1": 48, "conv2": 128, "conv3": 192, "conv4": 192, "conv5": 128}
@@ -64,7 +65,7 @@ def _on(device: str | None, layer_class: type, *args, **kwargs) -> layers.Layer:
     return _PLACED_CLASSES[layer_class](*args, placement=device, **kwargs)
 
 
-class ColocatedGradientsModel(tf.keras.Model):
+class ColocatedGradientsModel(keras.Model):
     """A Functional model whose training step keeps each gradient on its forward op's device.
 
     Keras's own step differentiates with a GradientTape, which leaves the gradient ops
@@ -77,13 +78,13 @@ class ColocatedGradientsModel(tf.keras.Model):
     def train_step(self, data):
         if tf.executing_eagerly():  # run_eagerly=True: tf.gradients needs a graph
             return super().train_step(data)
-        x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         y_pred = self(x, training=True)
         loss = self.compute_loss(x, y, y_pred, sample_weight)
         variables = self.trainable_variables
         optimizer = self.optimizer
         # Loss scaling as LossScaleOptimizer.minimize does it, with tf.gradients for the tape.
-        scaled = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
         grads = tf.gradients(optimizer.get_scaled_loss(loss) if scaled else loss, variables)
         if scaled:
             grads = optimizer.get_unscaled_gradients(grads)
@@ -154,10 +155,10 @@ def _fully_connected(previous, layer, c, device, dropout):
 
 
 def alexnet_2col(input_shape, num_classes: int, devices: Sequence[str] | None = None,
-                 lrn: bool = False, dropout: float = 0.5) -> tf.keras.Model:
+                 lrn: bool = False, dropout: float = 0.5) -> keras.Model:
     """The two-column AlexNet; column c on `devices[c]`, logits (float32) on `devices[0]`."""
     placement = column_devices(devices)
-    inputs = tf.keras.Input(shape=input_shape)
+    inputs = keras.Input(shape=input_shape)
     lower = [_lower(inputs, c, placement[c], lrn) for c in range(COLUMNS)]
     x = [_upper(lower, c, placement[c]) for c in range(COLUMNS)]
     for layer in ("fc6", "fc7"):

@@ -7,9 +7,9 @@ starts as the identity: Goyal et al. (2017) found this helps large-batch trainin
 
 from __future__ import annotations
 
-import tensorflow as tf
+import keras
 
-layers = tf.keras.layers
+layers = keras.layers
 _BN = dict(momentum=0.9, epsilon=1e-5)
 STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 
@@ -32,8 +32,8 @@ def _bottleneck(x, width, stride, name):
     return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([shortcut, y]))
 
 
-def resnet50(input_shape, num_classes: int) -> tf.keras.Model:
-    inputs = tf.keras.Input(shape=input_shape)
+def resnet50(input_shape, num_classes: int) -> keras.Model:
+    inputs = keras.Input(shape=input_shape)
     x = _conv_bn(inputs, 64, 7, 2, "stem")
     x = layers.MaxPooling2D(3, 2, padding="same", name="stem_pool")(x)
     for stage, (width, blocks, stride) in enumerate(STAGES, start=2):
@@ -41,4 +41,4 @@ def resnet50(input_shape, num_classes: int) -> tf.keras.Model:
             x = _bottleneck(x, width, stride if block == 0 else 1, f"conv{stage}_block{block + 1}")
     x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
     outputs = layers.Dense(num_classes, name="logits", dtype="float32")(x)
-    return tf.keras.Model(inputs, outputs, name="resnet50")
+    return keras.Model(inputs, outputs, name="resnet50")

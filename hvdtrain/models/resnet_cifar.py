@@ -7,11 +7,12 @@ parameters: ResNet-20 has about 0.27 M.
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 from hvdtrain.errors import ConfigError
 
-layers = tf.keras.layers
+layers = keras.layers
 _BN = dict(momentum=0.9, epsilon=1e-5)
 
 
@@ -20,7 +21,7 @@ def _conv(filters, stride, name):
                          kernel_initializer="he_normal", name=name)
 
 
-@tf.keras.utils.register_keras_serializable(package="hvdtrain")
+@keras.utils.register_keras_serializable(package="hvdtrain")
 class SubsampleZeroPad(layers.Layer):
     """Option-A shortcut: take every `stride`-th pixel, zero-pad the channels."""
 
@@ -54,11 +55,11 @@ def _block(x, filters, stride, name):
     return layers.ReLU()(layers.Add()([_shortcut(x, filters, stride, name), y]))
 
 
-def cifar_resnet(depth: int, input_shape, num_classes: int) -> tf.keras.Model:
+def cifar_resnet(depth: int, input_shape, num_classes: int) -> keras.Model:
     if (depth - 2) % 6 != 0:
         raise ConfigError(f"CIFAR ResNet depth must be 6n+2, got {depth}")
     blocks = (depth - 2) // 6
-    inputs = tf.keras.Input(shape=input_shape)
+    inputs = keras.Input(shape=input_shape)
     x = _conv(16, 1, "stem_conv")(inputs)
     x = layers.ReLU()(layers.BatchNormalization(name="stem_bn", **_BN)(x))
     for stage, filters in enumerate((16, 32, 64)):
@@ -67,4 +68,4 @@ def cifar_resnet(depth: int, input_shape, num_classes: int) -> tf.keras.Model:
             x = _block(x, filters, stride, f"stage{stage + 1}_block{block + 1}")
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, name="logits", dtype="float32")(x)
-    return tf.keras.Model(inputs, outputs, name=f"resnet{depth}")
+    return keras.Model(inputs, outputs, name=f"resnet{depth}")

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Callable
 
+import keras
 import tensorflow as tf
 
 from hvdtrain import comm
@@ -26,7 +27,7 @@ class TrainingDiverged(HvdtrainError):
     exit_code = 4
 
 
-class ThroughputMeter(tf.keras.callbacks.Callback):
+class ThroughputMeter(keras.callbacks.Callback):
     """Training images per second, evaluation excluded.
 
     Each epoch is timed from the end of its first batch, which leaves out graph
@@ -69,7 +70,7 @@ class ThroughputMeter(tf.keras.callbacks.Callback):
         return self.workers * self.timed_images / self.timed_seconds
 
 
-class MetricsLog(tf.keras.callbacks.Callback):
+class MetricsLog(keras.callbacks.Callback):
     """One JSON object per epoch in metrics.jsonl (rank 0 only; after MetricAverage)."""
 
     def __init__(self, path: str, start_time: float, workers: Callable[[], int] = lambda: 1):
@@ -90,7 +91,7 @@ class MetricsLog(tf.keras.callbacks.Callback):
         run_folder.append_jsonl(self.path, record)
 
 
-class StepLog(tf.keras.callbacks.Callback):
+class StepLog(keras.callbacks.Callback):
     """Training loss and error of every step, in steps.jsonl: the data of learning curves.
 
     Each worker keeps its own minibatch values; at the epoch end (and at each elastic
@@ -144,7 +145,7 @@ class StepLog(tf.keras.callbacks.Callback):
             fh.writelines(lines)
 
 
-class Checkpointer(tf.keras.callbacks.Callback):
+class Checkpointer(keras.callbacks.Callback):
     """Saves a checkpoint every N steps or epochs (rank 0 only; after the state callbacks).
 
     In local mode a step checkpoint that falls between averaging rounds waits for the
@@ -184,7 +185,7 @@ class Checkpointer(tf.keras.callbacks.Callback):
             self._save()
 
 
-class ElasticCommit(tf.keras.callbacks.Callback):
+class ElasticCommit(keras.callbacks.Callback):
     """Commits the elastic state every N steps and at epoch ends.
 
     A commit is where a failed worker's peers roll back to, and where workers that
@@ -223,7 +224,7 @@ class ElasticCommit(tf.keras.callbacks.Callback):
         self._commit()
 
 
-class FiniteLossGuard(tf.keras.callbacks.Callback):
+class FiniteLossGuard(keras.callbacks.Callback):
     """Stops training at the first step whose loss is NaN or infinite, naming the step."""
 
     def __init__(self, last_checkpoint: Callable[[], str | None] = lambda: None):
@@ -239,7 +240,7 @@ class FiniteLossGuard(tf.keras.callbacks.Callback):
                 f"Last good checkpoint: {self.last_checkpoint() or 'none'}")
 
 
-class StepWatchdog(tf.keras.callbacks.Callback):
+class StepWatchdog(keras.callbacks.Callback):
     """Ends this worker's process when no step finishes for `timeout` seconds.
 
     A peer that dies or hangs leaves the others blocked inside an allreduce, where no

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -21,7 +22,7 @@ from hvdtrain.errors import ConfigError, DataError, HvdtrainError
 from hvdtrain.keras.callbacks import AverageModelStatistics, BroadcastInitialState, MetricAverage
 from hvdtrain.keras.local_sgd import LocalSGD
 from hvdtrain.keras.schedule import WarmupDecaySchedule
-from hvdtrain.keras.state import build_optimizer, variable_bytes
+from hvdtrain.keras.state import build_optimizer, reseed_dropout, variable_bytes
 from hvdtrain.models import build_model
 from hvdtrain.schedules import ScheduleSpec, warmup_steps_for
 from hvdtrain.training import run_folder
@@ -35,7 +36,7 @@ EVAL_BATCH = 250
 
 @dataclass
 class RunResult:
-    model: tf.keras.Model
+    model: keras.Model
     summary: dict[str, Any]
     history: dict[str, list[float]]
     run_dir: str
@@ -57,7 +58,7 @@ def _on_chief(compute: Callable[[], Any], name: str) -> Any:
     return value
 
 
-def _load_initial_weights(model: tf.keras.Model, path: str) -> None:
+def _load_initial_weights(model: keras.Model, path: str) -> None:
     if not os.path.isfile(path):
         raise ConfigError(f"--init-weights file not found: {path}")
     try:
@@ -137,7 +138,7 @@ def _world(cfg: TrainConfig, data: DataSource) -> World:
 
 
 def train(cfg: TrainConfig, verbose: int | None = None,
-          extra_callbacks: tuple[tf.keras.callbacks.Callback, ...] = ()) -> RunResult:
+          extra_callbacks: tuple[keras.callbacks.Callback, ...] = ()) -> RunResult:
     """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
     comm.init()
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
@@ -171,16 +172,18 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     if cfg.xla and not jit_whole_step:
         tf.config.optimizer.set_jit("autoclustering")
     # Set per run, not left over from an earlier run in the same process.
-    tf.keras.mixed_precision.set_global_policy("mixed_float16" if cfg.mixed_precision else "float32")
+    keras.mixed_precision.set_global_policy("mixed_float16" if cfg.mixed_precision else "float32")
     # The same seed everywhere gives identical initial weights even before the broadcast.
-    tf.keras.utils.set_random_seed(cfg.seed)
+    keras.utils.set_random_seed(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes,
                         devices=devices if cfg.model_parallel > 1 else None)
-    compiled_optimizer, optimizer = make_optimizer(
+    optimizer = make_optimizer(
         cfg, WarmupDecaySchedule.from_spec(world.schedule), averaging=cfg.mode == "sync")
-    model.compile(optimizer=compiled_optimizer,
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    # jit_compile is never left to Keras's "auto": on a GPU that compiles the whole step,
+    # and Horovod's ops have no XLA kernel.
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
                   jit_compile=jit_whole_step)
 
     if cfg.mode == "local":
@@ -198,7 +201,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     build_optimizer(model)
     in_sync = state_sync.in_sync if cfg.mode == "local" else (lambda: True)
     # Everything a resumed run needs; rank 0 restores it and the state callbacks broadcast it.
-    state = tf.train.Checkpoint(model=model, optimizer=compiled_optimizer,
+    state = tf.train.Checkpoint(model=model, optimizer=optimizer,
                                 **({"outer_momentum": averager.buffers} if averager.buffers else {}))
     start_step = 0
     if plan.checkpoint:
@@ -234,7 +237,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
                   step_log, *extra_callbacks]
     rank0_callbacks = [
         MetricsLog(os.path.join(run_dir, run_folder.METRICS), start, lambda: world.workers),
-        tf.keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
+        keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
                                        write_graph=False, profile_batch=0),
         checkpointer,
     ]
@@ -252,7 +255,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
         verbosity = verbose if verbose is not None else (
             (1 if sys.stdout.isatty() else 2) if comm.is_chief() else 0)
         # Dropout masks should differ between workers and from a run's earlier part.
-        tf.keras.utils.set_random_seed(cfg.seed + world.rank + first_step)
+        reseed_dropout(model, cfg.seed + world.rank + first_step)
         for phase in fit_phases(first_step, world.steps, cfg.epochs):
             fitted = model.fit(
                 data.train(world.rank, world.workers, cfg.batch_size, cfg.seed, phase.first_step),
@@ -261,7 +264,8 @@ def train(cfg: TrainConfig, verbose: int | None = None,
                 if cfg.validate else None,
                 # The epoch's log and checkpoint come before the elastic commit, which may end
                 # this fit; the watchdog goes last, as checkpoint saves count as progress.
-                callbacks=callbacks + chief + elastic_callbacks + watchdog, verbose=verbosity)
+                callbacks=callbacks + chief + elastic_callbacks + watchdog, verbose=verbosity,
+                shuffle=False)  # the pipeline shuffles, per worker and epoch
             for key, values in fitted.history.items():
                 history.setdefault(key, []).extend(values)
 
@@ -359,9 +363,9 @@ def _naming_bad_input(data: DataSource, rank: int, workers: int):
         raise DataError(problem) from exc
 
 
-def evaluate(model: tf.keras.Model, test_ds: tf.data.Dataset) -> tuple[float, float]:
+def evaluate(model: keras.Model, test_ds: tf.data.Dataset) -> tuple[float, float]:
     """Loss and accuracy over the whole test split: each worker its shard, summed exactly."""
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
 
     @tf.function(autograph=False)  # no Python control flow to convert
     def batch_totals(images, labels):

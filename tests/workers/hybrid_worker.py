@@ -13,6 +13,7 @@ import os
 import sys
 
 import numpy as np
+import keras
 import tensorflow as tf
 
 import hvdtrain.keras as hk
@@ -60,15 +61,15 @@ def random_data(seed, n):
 
 
 def compile_sgd(model, optimizer=None):
-    model.compile(optimizer or tf.keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(optimizer or keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
 def placement(out_dir):
     hk.init()
     devices = configure_devices(2, comm.local_rank())
     devices_again = configure_devices(2, comm.local_rank())  # a second identical call is harmless
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     x, y = random_data(0, 2 * BATCH)
 
     split = alexnet_2col(SHAPE, CLASSES, devices=devices, lrn=True)
@@ -80,7 +81,7 @@ def placement(out_dir):
     moved.load_weights(weights_file)
 
     # Eager calls: each output tensor says where the op that made it really ran.
-    probe = tf.keras.Model(split.input, [split.get_layer(f"conv5_col{c}").output
+    probe = keras.Model(split.input, [split.get_layer(f"conv5_col{c}").output
                                          for c in range(2)] + [split.output])
     ran_on = [t.device for t in probe(x[:2], training=False)]
     outputs = {name: model.predict(x, verbose=0)
@@ -104,13 +105,13 @@ def train(out_dir):
     rank = hk.rank()
     x, y = random_data(rank, 4 * BATCH)  # each worker its own data
     runs = {
-        "sync": lambda: (hk.with_gradient_averaging(tf.keras.optimizers.SGD(0.01, momentum=0.9)),
+        "sync": lambda: (hk.with_gradient_averaging(keras.optimizers.SGD(0.01, momentum=0.9)),
                          [hk.BroadcastInitialState()], 3),
-        "local": lambda: (tf.keras.optimizers.SGD(0.01, momentum=0.9), [hk.LocalSGD(n_sync=2)], 4),
+        "local": lambda: (keras.optimizers.SGD(0.01, momentum=0.9), [hk.LocalSGD(n_sync=2)], 4),
     }
     for name, make in runs.items():
         # Different initial weights on each rank: the initial broadcast must fix them.
-        tf.keras.utils.set_random_seed(100 + rank)
+        keras.utils.set_random_seed(100 + rank)
         model = alexnet_2col(SHAPE, CLASSES, devices=devices)
         initial = flat_weights(model)
         optimizer, callbacks, steps = make()

@@ -9,6 +9,7 @@ import os
 import sys
 
 import numpy as np
+import keras
 import tensorflow as tf
 
 import hvdtrain.keras as hk
@@ -17,7 +18,7 @@ from hvdtrain.averaging import sync_points
 STEPS, EPOCHS, N_SYNC, WARM = 7, 2, 3, 2
 
 
-class WeightRecorder(tf.keras.callbacks.Callback):
+class WeightRecorder(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self.rows = []
@@ -35,16 +36,16 @@ class WeightRecorder(tf.keras.callbacks.Callback):
 
 def fit(rank, warm_start):
     """One user-written fit with LocalSGD; every rank's weights before and after each round."""
-    tf.keras.utils.set_random_seed(100 + rank)  # different initial weights: the broadcast must fix it
-    model = tf.keras.Sequential([
-        tf.keras.Input((6,)),
-        tf.keras.layers.Dense(8, activation="relu"),
-        tf.keras.layers.BatchNormalization(),
-        tf.keras.layers.Dense(3),
+    keras.utils.set_random_seed(100 + rank)  # different initial weights: the broadcast must fix it
+    model = keras.Sequential([
+        keras.Input((6,)),
+        keras.layers.Dense(8, activation="relu"),
+        keras.layers.BatchNormalization(),
+        keras.layers.Dense(3),
     ])
-    optimizer = hk.with_gradient_averaging(tf.keras.optimizers.SGD(0.05, momentum=0.9),
+    optimizer = hk.with_gradient_averaging(keras.optimizers.SGD(0.05, momentum=0.9),
                                            averaging=False)
-    model.compile(optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(rank)  # each worker its own data
     x = rng.normal(size=(STEPS * 4, 6)).astype("float32")
     y = rng.integers(0, 3, size=STEPS * 4)
