@@ -34,8 +34,10 @@ def listening_port():
 
 
 def horovodrun(script: str, *args: str, np_: int = 2, hosts: str = "localhost:2",
-               timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    """Run tests/workers/<script> (or a command when script has no .py) under horovodrun --gloo."""
+               timeout: float = 300, check: bool = True,
+               cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run tests/workers/<script> (a script path, or a command when script has no .py) under
+    horovodrun --gloo, in `cwd`."""
     bin_dir = os.path.dirname(sys.executable)
     command = [os.path.join(bin_dir, "horovodrun"), "-np", str(np_), "-H", hosts, "--gloo"]
     if script.endswith(".py"):
@@ -45,7 +47,7 @@ def horovodrun(script: str, *args: str, np_: int = 2, hosts: str = "localhost:2"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=HERE,
                PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
     result = subprocess.run(command + list(args), capture_output=True, text=True,
-                            timeout=timeout, env=env)
+                            timeout=timeout, env=env, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"horovodrun failed ({result.returncode}):\n"
                              f"{result.stdout[-5000:]}\n{result.stderr[-5000:]}")

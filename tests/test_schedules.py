@@ -48,7 +48,7 @@ def test_warmup_epochs_convert_to_steps():
 @pytest.mark.parametrize("decay", ["cosine", "step", "constant"])
 def test_keras_schedule_matches_pure_function(decay):
     import keras
-import tensorflow as tf
+    import tensorflow as tf
 
     from hvdtrain.keras.schedule import WarmupDecaySchedule
 

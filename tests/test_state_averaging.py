@@ -2,7 +2,6 @@
 
 import pytest
 import keras
-import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.keras.state import ModelStateAverager, OuterOptimizer

@@ -26,7 +26,7 @@ from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, e
 from hvdtrain.benchmarks.timing import StepTimer, all_workers, seconds_per_call
 from hvdtrain.config import DEFAULT_BUCKET_MB, load_config, parse_shape
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
-from hvdtrain.keras.state import ModelStateAverager, base_optimizer, variable_bytes
+from hvdtrain.keras.state import ModelStateAverager, variable_bytes
 
 MODES = ("sync", "local", "independent", "horovod")
 

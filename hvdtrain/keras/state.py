@@ -44,12 +44,6 @@ def variable_bytes(variables, fp16: bool = False) -> int:
                          for v in variables)
 
 
-def model_weights(model: keras.Model) -> list:
-    """Trainable weights and float state (BatchNorm statistics): what makes two replicas the
-    same model. Not the dropout seed generators, so that workers keep drawing their own masks."""
-    return list(model.trainable_variables) + _floating(model.non_trainable_variables)
-
-
 def reseed_dropout(model: keras.Model, seed: int) -> None:
     """Give the model's random layers (Dropout, augmentation) a new stream from `seed`.
 
@@ -79,7 +73,9 @@ def broadcast_variables(variables, root_rank: int = 0, name: str = "variables") 
 def broadcast_model_state(model: keras.Model, root_rank: int = 0) -> None:
     """Make every worker start from rank 0's weights and optimizer state."""
     build_optimizer(model)
-    broadcast_variables(model_weights(model) + list(model.optimizer.variables),
+    # `weights`, not `variables`: Keras 3 counts the dropout seed generators among the
+    # variables, and workers should keep drawing their own masks.
+    broadcast_variables(list(model.weights) + list(model.optimizer.variables),
                         root_rank=root_rank, name="model_state")
 
 

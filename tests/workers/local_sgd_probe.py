@@ -10,7 +10,6 @@ import sys
 
 import numpy as np
 import keras
-import tensorflow as tf
 
 import hvdtrain.keras as hk
 from hvdtrain.averaging import sync_points

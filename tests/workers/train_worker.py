@@ -23,8 +23,10 @@ def main(results_dir: str, runs_json: str) -> None:
         np.savez(
             os.path.join(results_dir, f"{run['name']}-rank{comm.rank()}.npz"),
             trainable=np.concatenate([w.numpy().ravel() for w in model.trainable_variables]),
+            # Float state only: each worker's dropout seed generators differ on purpose.
             non_trainable=np.concatenate(
-                [w.numpy().ravel() for w in model.non_trainable_variables] or [np.zeros(0)]),
+                [w.numpy().ravel() for w in model.non_trainable_variables
+                 if "float" in w.dtype] or [np.zeros(0)]),
             shard=result.train_shard,
             history=json.dumps(result.history),
             summary=json.dumps(result.summary),

@@ -1,0 +1,52 @@
+"""hvdtrain's public Keras 3 layer in users' own scripts, under real horovodrun jobs."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from conftest import HERE, horovodrun, load_rank_files
+
+ROOT = os.path.dirname(HERE)
+pytestmark = pytest.mark.multiprocess
+
+
+def readme_example() -> str:
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    block = re.search(r"<!-- readme-example: begin -->\n```python\n(.*?)```\n"
+                      r"<!-- readme-example: end -->", text, re.S)
+    assert block, "README.md lost its marked model.fit example"
+    return block.group(1)
+
+
+def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
+    # The example as printed, plus a few lines that save what each rank ends with.
+    script = tmp_path / "train.py"
+    script.write_text(readme_example() + (
+        "np.savez(f'final-rank{hk.rank()}.npz', weights=np.concatenate(\n"
+        "    [w.numpy().ravel() for w in model.weights]), rounds=callbacks[0].sync_count)\n"))
+    result = horovodrun(str(script), cwd=str(tmp_path))
+    ranks = load_rank_files(str(tmp_path), "final")
+    np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
+    # 60 steps: the warm start ends at 5, rounds at 15, 25, ..., 55 and one at each epoch end.
+    assert int(ranks[0]["rounds"]) == int(ranks[1]["rounds"]) == 1 + 5 + 2
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["1.weights.h5", "2.weights.h5"]
+    assert "Epoch 2/2" in result.stdout and "[1]<stdout>:Epoch" not in result.stdout
+
+
+def test_sync_layer_with_loss_scaling_keeps_ranks_identical_and_skips_overflow_together(tmp_path):
+    horovodrun("keras_layer_worker.py", str(tmp_path))
+    ranks = load_rank_files(str(tmp_path), "sync")
+    # Identical after every step, though the ranks started from different weights.
+    np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
+    np.testing.assert_array_equal(ranks[0]["scales"], ranks[1]["scales"])
+    weights, scales = ranks[0]["weights"], ranks[0]["scales"]
+    poisoned = 3 - 1  # index of step 3 in the per-step records
+    # Only rank 1's batch overflowed, yet both skipped that update and halved the scale.
+    assert not np.array_equal(weights[poisoned - 1], weights[poisoned - 2])
+    np.testing.assert_array_equal(weights[poisoned], weights[poisoned - 1])
+    assert scales[poisoned] == scales[poisoned - 1] / 2
+    assert np.isfinite(weights).all()
+    assert int(ranks[0]["averaged_steps"]) == 6
