@@ -22,10 +22,27 @@ def _pool(x, name):
     return layers.MaxPooling2D(3, 2, padding=padding, name=name)(x)
 
 
+@keras.saving.register_keras_serializable(package="hvdtrain")
+class LocalResponseNormalization(layers.Layer):
+    """The paper's local response normalisation across channels, as a named layer.
+
+    Not a `Lambda`: Keras 3 refuses to load a Lambda's Python function from a saved
+    model unless `safe_mode=False`, and one class keeps the constants in one place
+    for both AlexNets.
+    """
+
+    def call(self, x):
+        # The paper's k=2, n=5, alpha=1e-4, beta=0.75; TF's alpha is per element of the
+        # window, the paper's is for the window's sum, hence alpha / n.
+        return tf.nn.local_response_normalization(x, depth_radius=2, bias=2.0,
+                                                  alpha=1e-4 / 5, beta=0.75)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
 def _lrn(x, name):
-    # The paper's constants: k=2, n=5, alpha=1e-4, beta=0.75 (TF's alpha is per element).
-    return layers.Lambda(lambda t: tf.nn.local_response_normalization(
-        t, depth_radius=2, bias=2.0, alpha=1e-4 / 5, beta=0.75), name=name)(x)
+    return LocalResponseNormalization(name=name)(x)
 
 
 def alexnet(input_shape, num_classes: int, lrn: bool = False, dropout: float = 0.5,

@@ -21,12 +21,14 @@ paper's GPUs, while the one-tower window also spans the boundary between the gro
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
 
 from hvdtrain.errors import ConfigError
+from hvdtrain.models.alexnet import LocalResponseNormalization
 
 layers = keras.layers
 
@@ -35,6 +37,11 @@ CONV_FILTERS = {"conv1": 48, "conv2": 128, "conv3": 192, "conv4": 192, "conv5": 
 FC_UNITS = 2048
 
 _PLACED_CLASSES: dict[type, type] = {}
+
+
+def _device_scope(placement: str | None):
+    # No scope at all for None: tf.device(None) would clear an enclosing device scope.
+    return contextlib.nullcontext() if placement is None else tf.device(placement)
 
 
 class _Placed:
@@ -47,14 +54,22 @@ class _Placed:
     """
 
     def __init__(self, *args, placement: str | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
+        # Keras 3 layers may make state in __init__ rather than in build (Dropout's seed
+        # generator): that belongs on the column's device too.
+        with _device_scope(placement):
+            super().__init__(*args, **kwargs)
         self.placement = placement
 
     def __call__(self, *args, **kwargs):
-        if self.placement is None:
+        with _device_scope(self.placement):
             return super().__call__(*args, **kwargs)
-        with tf.device(self.placement):
-            return super().__call__(*args, **kwargs)
+
+    def get_config(self):
+        # Keras 3 builds the config of a layer without its own get_config (ours
+        # LocalResponseNormalization) from the constructor's arguments, placement included.
+        config = super().get_config()
+        config.pop("placement", None)
+        return config
 
 
 def _on(device: str | None, layer_class: type, *args, **kwargs) -> layers.Layer:
@@ -71,8 +86,8 @@ class ColocatedGradientsModel(keras.Model):
     Keras's own step differentiates with a GradientTape, which leaves the gradient ops
     unplaced, so TensorFlow runs them all on its default device: the whole backward
     pass of a split model would run on device 0. `tf.gradients` (in the compiled step)
-    colocates each gradient op with the op it differentiates, and the optimizer already
-    updates every variable on the variable's device.
+    colocates each gradient op with the op it differentiates, and the optimizer updates
+    every variable on the variable's device.
     """
 
     def train_step(self, data):
@@ -80,16 +95,35 @@ class ColocatedGradientsModel(keras.Model):
             return super().train_step(data)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         y_pred = self(x, training=True)
-        loss = self.compute_loss(x, y, y_pred, sample_weight)
+        loss = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+        self._track_loss(x, loss)
         variables = self.trainable_variables
-        optimizer = self.optimizer
-        # Loss scaling as LossScaleOptimizer.minimize does it, with tf.gradients for the tape.
-        scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
-        grads = tf.gradients(optimizer.get_scaled_loss(loss) if scaled else loss, variables)
-        if scaled:
-            grads = optimizer.get_unscaled_gradients(grads)
-        optimizer.apply_gradients(zip(grads, variables))
-        return self.compute_metrics(x, y, y_pred, sample_weight)
+        # The optimizer scales the loss (a LossScaleOptimizer by its dynamic scale) and
+        # its `apply` unscales the gradients and skips overflowing steps, so nothing here
+        # depends on the optimizer's type. `apply` is also where hvdtrain averages the
+        # gradients across workers, so the step must go through it.
+        # tf.gradients wants the tf.Variables under Keras's variables.
+        grads = tf.gradients(self.optimizer.scale_loss(loss), [v.value for v in variables])
+        self.optimizer.apply(grads, variables)
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def _track_loss(self, x, loss):
+        """Feed the `loss` log as Keras's own step does: the mean over the samples seen.
+
+        Horovod runs one replica per process (no tf.distribute strategy), so the loss
+        needs no rescaling for the number of replicas.
+        """
+        batch_size = tf.shape(next(t for t in keras.tree.flatten(x) if t is not None))[0]
+        self._loss_tracker.update_state(loss, sample_weight=batch_size)
+
+    def make_train_function(self, force=False):
+        # Without a tf.distribute strategy Keras builds the optimizer while tracing the
+        # first step; its slots are then lifted out of the graph, which loses their
+        # colocation with the model variables and puts them all on the default device.
+        # Built eagerly here, each slot goes where its variable is.
+        if self.optimizer is not None and not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
+        return super().make_train_function(force)
 
 
 def column_devices(devices: Sequence[str] | str | None) -> list[str | None]:
@@ -117,9 +151,7 @@ def _pool(x, device, name):
 
 
 def _lrn(x, device, name):
-    # The paper's constants: k=2, n=5, alpha=1e-4, beta=0.75 (TF's alpha is per element).
-    return _on(device, layers.Lambda, lambda t: tf.nn.local_response_normalization(
-        t, depth_radius=2, bias=2.0, alpha=1e-4 / 5, beta=0.75), name=name)(x)
+    return _on(device, LocalResponseNormalization, name=name)(x)
 
 
 def _both(columns, device, name):
@@ -165,4 +197,10 @@ def alexnet_2col(input_shape, num_classes: int, devices: Sequence[str] | None = 
         x = [_fully_connected(x, layer, c, placement[c], dropout) for c in range(COLUMNS)]
     x = _both(x, placement[0], "fc8_in")
     outputs = _on(placement[0], layers.Dense, num_classes, name="logits", dtype="float32")(x)
-    return ColocatedGradientsModel(inputs, outputs, name="alexnet_2col")
+    model = ColocatedGradientsModel(inputs, outputs, name="alexnet_2col")
+    # XLA compiles a whole step for one device and fails on variables on another ("Trying
+    # to access resource ... located in device ..."): a model on two devices declares it
+    # cannot be jit-compiled, so Keras's "auto" (which compiles on a GPU) and
+    # jit_compile=True both fall back to the plain graph, with Keras's warning for True.
+    model.supports_jit = len(set(placement)) == 1
+    return model

@@ -30,7 +30,10 @@ def flat_weights(model):
 
 
 def variable_devices(variables):
-    return np.array([(v.name, v.device) for v in variables], dtype=str)
+    # Keras 3: `path` is the unique name ("conv1_col0/kernel"; `name` is just "kernel"),
+    # and the device is that of the tf.Variable underneath. Models pass their `weights`:
+    # their `variables` also hold the Dropout layers' seed generators.
+    return np.array([(v.path, v.value.device) for v in variables], dtype=str)
 
 
 def _placer_device(graph, op):
@@ -61,7 +64,8 @@ def random_data(seed, n):
 
 
 def compile_sgd(model, optimizer=None):
-    model.compile(optimizer or keras.optimizers.SGD(0.01, momentum=0.9),
+    # jit_compile explicit, not Keras's "auto" (which depends on whether there is a GPU).
+    model.compile(optimizer or keras.optimizers.SGD(0.01, momentum=0.9), jit_compile=False,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
@@ -94,7 +98,7 @@ def placement(out_dir):
              logical_cpus=np.array([d.name for d in tf.config.list_logical_devices("CPU")]),
              **{f"out_{name}": out for name, out in outputs.items()},
              ran_on=np.array(ran_on),
-             variables=variable_devices(split.variables),
+             variables=variable_devices(split.weights),
              optimizer_variables=variable_devices(split.optimizer.variables),
              step_ops=training_step_devices(split, x, y))
 
@@ -121,7 +125,7 @@ def train(out_dir):
         np.savez(os.path.join(out_dir, f"{name}-rank{rank}.npz"),
                  initial=initial, weights=flat_weights(model), devices=np.array(devices),
                  logical_cpus=np.array([d.name for d in tf.config.list_logical_devices("CPU")]),
-                 variables=variable_devices(model.variables),
+                 variables=variable_devices(model.weights),
                  step_ops=training_step_devices(model, x, y),
                  history=json.dumps(history.history))
 
