@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 setup: $(STAMP)
 
-$(STAMP): launch/install.sh setup.cfg pyproject.toml
+$(STAMP): launch/install.sh $(wildcard launch/patches/*.patch) setup.cfg pyproject.toml
 	bash launch/install.sh $(VENV)
 	touch $@
 

@@ -53,16 +53,18 @@ def compare(old: str, new: str, repeats: int, workers: int, train_args: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="after --: the `hvdtrain train` options of every run")
     parser.add_argument("old_venv", help="virtualenv of the install to compare against")
     parser.add_argument("new_venv", help="virtualenv of the install being priced")
     parser.add_argument("--repeats", type=int, default=5, help="pairs of runs (default 5)")
     parser.add_argument("--workers", type=int, default=2, help="workers per job (default 2)")
     parser.add_argument("--out", default="runs/compare-installs", help="folder for the runs")
-    parser.add_argument("train_args", nargs=argparse.REMAINDER,
-                        help="after --: the `hvdtrain train` options of every run")
-    args = parser.parse_args(argv)
-    train_args = [a for a in args.train_args if a != "--"]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Everything after `--` belongs to `hvdtrain train`, not to this parser.
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    train_args = argv[split + 1:]
     result = compare(args.old_venv, args.new_venv, args.repeats, args.workers, train_args,
                      args.out)
     write_json(os.path.join(args.out, "compare.json"), result)
