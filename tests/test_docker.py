@@ -72,9 +72,13 @@ def test_images_install_through_launch_install_sh_and_nothing_else(path):
     assert "DEPS_ONLY=1" in steps[installs[0]] and "DEPS_ONLY" not in steps[installs[1]]
     # The script CI runs is the one the image runs: no pip of its own.
     assert not [run for run in steps if re.search(r"\bpip3? install\b", run)]
+    # The first layer needs the Horovod patches too: install.sh reads them from the
+    # folder next to it.
     copies = [i["value"] for i in instructions(path) if i["instruction"] == "COPY"]
-    assert copies == ["launch/install.sh launch/install.sh", ". ."]
+    assert copies == ["launch/install.sh launch/install.sh", "launch/patches/ launch/patches/",
+                      ". ."]
     assert os.path.isfile(os.path.join(ROOT, "launch", "install.sh"))
+    assert glob.glob(os.path.join(ROOT, "launch", "patches", "*.patch"))
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=NAMES)
@@ -93,16 +97,25 @@ def test_versions_are_build_args_matching_install_sh(path):
     with open(os.path.join(ROOT, "launch", "install.sh")) as f:
         script = f.read()
     pinned = dict(re.findall(r"^(TF_VERSION|HOROVOD_VERSION)=\$\{\1:-([^}]+)\}$", script, re.M))
-    assert pinned == {"TF_VERSION": "2.15.1", "HOROVOD_VERSION": "0.28.1"}
+    assert pinned == {"TF_VERSION": "2.21.0", "HOROVOD_VERSION": "0.28.1"}
     args = build_args(path)
     for name, version in pinned.items():
         assert args[name] == version, name
 
 
-def test_gpu_image_builds_horovod_with_nccl_and_mpi_on_cuda_12_2_cudnn_8():
+def test_cpu_image_is_python_3_12_on_a_debian_with_cmake_3():
+    # Bookworm's cmake is 3.25; Horovod's bundled Gloo does not build with CMake 4.
+    args = build_args(os.path.join(ROOT, "docker", "Dockerfile.cpu"))
+    assert re.fullmatch(r"python:3\.12(\.\d+)?-slim-bookworm", args["PYTHON_IMAGE"])
+
+
+def test_gpu_image_builds_horovod_with_nccl_and_mpi_on_cuda_12_5_and_python_3_12():
     path = os.path.join(ROOT, "docker", "Dockerfile.gpu")
     args = build_args(path)
-    assert re.fullmatch(r"nvidia/cuda:12\.2\.\d+-cudnn8-devel-ubuntu22\.04", args["BASE_IMAGE"])
+    # TensorFlow 2.21 is built for CUDA 12.5 (cuDNN 9.3 comes with its and-cuda extra);
+    # Ubuntu 24.04 ships Python 3.12.
+    assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-devel-ubuntu24\.04", args["BASE_IMAGE"])
+    assert args["PYTHON_VERSION"] == "3.12"
     assert args["EFA"] == "0" and args["EFA_INSTALLER_VERSION"] and args["AWS_OFI_NCCL_VERSION"]
     # V100 (p3), A100 (p4d) and H100 (p5) must be among the compiled GPU generations.
     assert {"70", "80", "90"} <= set(args["CUDA_CC_LIST"].split(","))

@@ -28,8 +28,8 @@ Reports images/sec per worker and in total (mean and 95% interval: over windows 
 own once training stops, times the exchanges per step), and bytes allreduced per
 step. Modes: sync (gradients averaged every step); local (weights averaged every
 --n-sync steps; one setup per value); independent (no communication at all: the
-upper limit); horovod (a bare hvd.DistributedOptimizer + model.fit script, the
-reference for hvdtrain's own overhead).
+upper limit); horovod (a bare Horovod + model.fit script: a train_step that
+allreduces each gradient, the reference for hvdtrain's own overhead).
 
 Without horovodrun around it, it starts one job per --workers value (horovodrun
 -H localhost:K, or the first K slots of --hostfile) and writes bench.json and

@@ -70,7 +70,8 @@ def _train_config(setup: Setup, total_steps: int, out: str):
 
 def _gradient_exchange(model: keras.Model, fp16: bool):
     """One step's gradient averaging, on stand-in gradients: hvdtrain's own (its groups
-    included); for the plain-Horovod reference, one grouped allreduce of them all."""
+    included); for the plain-Horovod reference (one allreduce per gradient, which
+    Horovod's tensor fusion packs together), one grouped allreduce of them all."""
     optimizer = model.optimizer
     grads = [tf.identity(tf.convert_to_tensor(v)) for v in model.trainable_variables]
     if has_gradient_averaging(optimizer):
