@@ -111,10 +111,12 @@ if [ "$GPU" = 1 ]; then
     flavour=gpu
 fi
 if [ "$MPI" = 1 ]; then flavour=$flavour-mpi; fi
-built_with() {  # FEATURE...: the installed horovodrun --check-build ticks every one
+missing_feature() {  # FEATURE...: prints the first one the installed horovodrun lacks
     local check feature
-    check=$("$VENV/bin/horovodrun" --check-build 2>/dev/null) || return 1
-    for feature in "$@"; do grep -q "\[X\] $feature *\$" <<< "$check" || return 1; done
+    check=$("$VENV/bin/horovodrun" --check-build 2>/dev/null) || { echo "a working horovodrun"; return; }
+    for feature in "$@"; do
+        grep -q "\[X\] $feature *\$" <<< "$check" || { echo "$feature"; return; }
+    done
 }
 # One wheel per everything that changes the binary: a wheel built for another TF, Python,
 # flavour or patch set would load and then fail on a missing symbol, or lack a feature.
@@ -135,8 +137,6 @@ build_horovod_wheel() {  # builds the patched sdist into $WHEEL_CACHE/$build_key
         patch -d "$src" -p1 --forward --batch --quiet < "$patch" >/dev/null \
             || die "patch $(basename "$patch") does not apply to horovod $HOROVOD_VERSION"
     done
-    # Horovod's own runtime requirements, which its setup.py also wants at build time.
-    "$PIP" install -q cloudpickle psutil pyyaml packaging
     env "${build_env[@]}" "$PIP" wheel -q --no-build-isolation --no-deps -w "$work/wheel" "$src" \
         || die "building horovod $HOROVOD_VERSION failed (see the compiler output above)"
     mkdir -p "$WHEEL_CACHE"
@@ -147,20 +147,20 @@ build_horovod_wheel() {  # builds the patched sdist into $WHEEL_CACHE/$build_key
     rm -rf "$work"
 }
 
-if [ "$(cat "$key_file" 2>/dev/null)" != "$build_key" ] || ! built_with "${features[@]}"; then
+if [ "$(cat "$key_file" 2>/dev/null)" != "$build_key" ] || [ -n "$(missing_feature "${features[@]}")" ]; then
+    # Horovod's runtime requirements, which its setup.py also wants at build time; the
+    # wheel itself goes in with --no-deps.
+    "$PIP" install -q cloudpickle psutil pyyaml packaging
     if ! ls "$WHEEL_CACHE/$build_key"/horovod-*.whl >/dev/null 2>&1; then
         build_horovod_wheel
     else
         say "horovod $HOROVOD_VERSION from the wheel cache ($build_key)"
     fi
     "$PIP" install -q --force-reinstall --no-deps "$WHEEL_CACHE/$build_key"/horovod-*.whl
-    "$PIP" install -q cloudpickle psutil pyyaml packaging
     echo "$build_key" > "$key_file"
 fi
-check=$("$VENV/bin/horovodrun" --check-build 2>/dev/null) || die "horovodrun --check-build failed"
-for feature in "${features[@]}"; do
-    echo "$check" | grep -q "\[X\] $feature *\$" || die "horovod was built without $feature: $check"
-done
+missing=$(missing_feature "${features[@]}")
+[ -z "$missing" ] || die "horovod was built without $missing (horovodrun --check-build)"
 
 # --- hvdtrain itself ---
 if [ "${DEPS_ONLY:-0}" = 1 ]; then
