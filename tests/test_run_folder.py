@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from hvdtrain.training.run_folder import append_jsonl, atomic_write, existing_run_problem, write_json
+from hvdtrain.files import append_jsonl, atomic_write, write_json
+from hvdtrain.training.run_folder import existing_run_problem
 
 
 def test_a_crash_while_writing_keeps_the_old_file_and_leaves_no_temporary(tmp_path):

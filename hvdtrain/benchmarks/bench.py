@@ -167,7 +167,7 @@ CSV_COLUMNS = ("model", "label", "mode", "n_sync", "workers", "batch_per_worker"
 
 def _report(rows: list[dict], host: dict, out: str) -> None:
     """Scaling columns, then bench.json, bench.csv and a table on stdout."""
-    from hvdtrain.training.run_folder import write_csv, write_json
+    from hvdtrain.files import write_csv, write_json
 
     add_scaling(rows)
     overhead = overhead_against_reference(rows)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from hvdtrain.stats import mean_ci95
-from hvdtrain.training.run_folder import write_json
+from hvdtrain.files import write_json
 
 
 def run_once(venv: str, workers: int, train_args: list[str], out: str) -> float:

@@ -21,6 +21,7 @@ from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_STAR
 from hvdtrain.config import TrainConfig, load_config, parse_choice_list, parse_int_list
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
+from hvdtrain import files
 from hvdtrain.training import run_folder
 
 # Set by the grid, or meaningless for a sweep.
@@ -103,7 +104,7 @@ def _failure(run: GridRun, code: int, log_path: str) -> HvdtrainError:
 
 
 def _row(run: GridRun, run_dir: str, window: int) -> dict:
-    summary = run_folder.read_json(os.path.join(run_dir, run_folder.SUMMARY))
+    summary = files.read_json(os.path.join(run_dir, run_folder.SUMMARY))
     curve = load_curve(run_dir)
     return {"name": run.name, "workers": run.workers, "n_sync": run.n_sync or "",
             "start": run.start, "final_training_error": sliding_mean(curve.error, window)[-1],
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     base_path = os.path.join(args.out, "base.yaml")
-    run_folder.atomic_write(base_path, base.save_yaml)
+    files.atomic_write(base_path, base.save_yaml)
 
     rows = []
     for number, grid_run in enumerate(runs, start=1):
@@ -141,10 +142,10 @@ def run(args: argparse.Namespace) -> int:
                 raise _failure(grid_run, result.returncode, log_path)
         rows.append(_row(grid_run, run_dir, args.window))
 
-    run_folder.write_json(os.path.join(args.out, "sweep.json"),
+    files.write_json(os.path.join(args.out, "sweep.json"),
                           {"base_config": base.to_dict(), "window": args.window,
                            "warm_start_steps": args.warm_start_steps, "runs": rows})
-    run_folder.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
+    files.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
     plot_runs([os.path.join(args.out, "runs", r.name) for r in runs], args.out, args.window)
     print(format_table(rows, args.window))
     print(f"hvdtrain: wrote sweep.json, sweep.csv and the plots in {args.out}", flush=True)

@@ -19,6 +19,7 @@ import yaml
 
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.stats import sliding_mean
+from hvdtrain import files
 from hvdtrain.training import run_folder
 
 PAPER_WINDOW = 400
@@ -72,7 +73,7 @@ def load_curve(run_dir: str) -> Curve:
         config = yaml.safe_load(fh) or {}
     summary_path = os.path.join(run_dir, run_folder.SUMMARY)
     if os.path.isfile(summary_path):
-        workers = run_folder.read_json(summary_path)["workers"]
+        workers = files.read_json(summary_path)["workers"]
     else:  # a run still going, or stopped: the workers of its last epoch
         workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
     local = config.get("mode") == "local"
@@ -188,7 +189,7 @@ def draw(curves: list[Curve], window: int, axis: str, path: str) -> None:
     if len(groups) > 1:
         fig.suptitle(f"Training error against {'steps' if axis == 'steps' else 'wall time'}")
     fig.tight_layout()
-    run_folder.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    files.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
 
 
@@ -201,7 +202,7 @@ def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW) -> list[
     written = []
     for axis in AXES:
         stem = os.path.join(out, f"training_error_vs_{axis}")
-        run_folder.write_csv(stem + ".csv", smoothed_rows(sorted(curves, key=_sort_key), window, axis))
+        files.write_csv(stem + ".csv", smoothed_rows(sorted(curves, key=_sort_key), window, axis))
         draw(curves, window, axis, stem + ".png")
         written += [stem + ".png", stem + ".csv"]
     return written

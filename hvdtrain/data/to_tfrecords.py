@@ -10,7 +10,7 @@ import tensorflow as tf
 from hvdtrain.data import images
 from hvdtrain.data.image_folder import find_test_split, list_split
 from hvdtrain.errors import DataError
-from hvdtrain.training.run_folder import atomic_write
+from hvdtrain.files import atomic_write
 
 
 def _bytes(value: bytes):

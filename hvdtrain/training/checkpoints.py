@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import tensorflow as tf
 
-from hvdtrain.training.run_folder import usual_mode
+from hvdtrain.files import usual_mode
 
 
 STATE_PREFIX = "state"

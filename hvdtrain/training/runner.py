@@ -25,9 +25,11 @@ from hvdtrain.keras.schedule import WarmupDecaySchedule
 from hvdtrain.keras.state import build_optimizer, reseed_dropout, variable_bytes
 from hvdtrain.models import build_model
 from hvdtrain.schedules import ScheduleSpec, warmup_steps_for
+from hvdtrain import files
 from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, ElasticCommit, FiniteLossGuard, MetricsLog,
-                                        StepLog, StepWatchdog, ThroughputMeter)
+                                        StepLog, ThroughputMeter)
+from hvdtrain.training.watchdog import StepWatchdog
 from hvdtrain.training.checkpoints import CheckpointStore, Progress, fit_phases, restore
 from hvdtrain.training.optimizers import make_optimizer
 
@@ -243,7 +245,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     ]
     if comm.is_chief():
         os.makedirs(run_dir, exist_ok=True)
-        run_folder.atomic_write(os.path.join(run_dir, run_folder.CONFIG), cfg.save_yaml)
+        files.atomic_write(os.path.join(run_dir, run_folder.CONFIG), cfg.save_yaml)
         for log in (run_folder.METRICS, run_folder.STEPS):
             run_folder.truncate_metrics(os.path.join(run_dir, log), start_step)
     watchdog = [StepWatchdog(cfg.step_timeout)] if cfg.step_timeout else []
@@ -304,8 +306,8 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     summary = _summary(cfg, world, model, optimizer, state_sync, averager, throughput, history,
                        start_step, train_seconds, test_loss, test_accuracy)
     if comm.is_chief():
-        run_folder.atomic_write(os.path.join(run_dir, run_folder.FINAL_WEIGHTS), model.save_weights)
-        run_folder.write_json(os.path.join(run_dir, run_folder.SUMMARY), summary)
+        files.atomic_write(os.path.join(run_dir, run_folder.FINAL_WEIGHTS), model.save_weights)
+        files.write_json(os.path.join(run_dir, run_folder.SUMMARY), summary)
         print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
               f"{summary['images_per_sec']:.0f} images/sec on {world.workers} worker(s) | "
               f"{train_seconds:.1f} s | run folder: {run_dir}", flush=True)
