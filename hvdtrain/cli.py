@@ -8,13 +8,12 @@ or a single process without it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import types
-import typing
 
 from hvdtrain import __version__
+from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves
 from hvdtrain.config import TrainConfig, load_config
+from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
 TRAIN_EPILOG = """\
@@ -25,40 +24,8 @@ tensorboard/, checkpoints/ and model.weights.h5. Only rank 0 writes them.
 """
 
 
-def _field_type(tp) -> type:
-    """int from `int | None`, and so on."""
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        tp = next(a for a in typing.get_args(tp) if a is not type(None))
-    return tp
-
-
 # The TrainConfig fields `hvdtrain data bench` takes.
 BENCH_OPTIONS = ("dataset", "data_dir", "batch_size", "image_size", "synthetic_shape", "seed")
-
-
-def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
-    """One option per TrainConfig field (or per field in `names`), help from its metadata.
-
-    Defaults are left out of the namespace, so only what was given overrides YAML.
-    """
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        if names is not None and f.name not in names:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata["help"]
-        kind = _field_type(hints[f.name])
-        if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS,
-                                help=f"{help_text} (default: {'on' if f.default else 'off'})")
-            continue
-        choices = f.metadata["choices"]
-        if f.default is not None:  # a None default is explained in the help text itself
-            help_text += f" (default: {f.default})"
-        parser.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
-                            choices=choices, metavar=None if choices else f.name.upper(),
-                            help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--val-shards", type=int, default=2, help="validation files (default: 2)")
     convert.set_defaults(handler=_to_tfrecords)
 
+    manifest = data.add_parser(
+        "manifest", help="count the records of a TFRecord folder once and write its manifest.json",
+        description="For train-*/validation-* TFRecords made by another tool: count every record "
+                    "once and write DIR/manifest.json, so training knows the size of the set "
+                    "without reading it all before step 1. `to-tfrecords` writes one itself.")
+    manifest.add_argument("dir", help="folder of train-* and validation-* TFRecord files")
+    manifest.set_defaults(handler=_manifest)
+
     bench = data.add_parser(
         "bench", help="images/sec of the input pipeline alone (no model)",
         description="Read one worker's training pipeline as fast as possible and report "
@@ -100,8 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, default=1,
                        help="read the shard of rank 0 among this many workers (default: 1)")
     bench.set_defaults(handler=_data_bench)
-
-    from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves
 
     model_bench.add_parser(commands)
     experiments.add_parser(commands)
@@ -132,6 +105,15 @@ def _to_tfrecords(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifest(args: argparse.Namespace) -> int:
+    from hvdtrain.data.to_tfrecords import write_manifest_of
+
+    counts = write_manifest_of(args.dir)
+    print(f"hvdtrain: counted {counts['train']} training and {counts['validation']} validation "
+          f"records; wrote {counts['path']}")
+    return 0
+
+
 def _data_bench(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in BENCH_OPTIONS if hasattr(args, name)}
     cfg = load_config(None, overrides)
@@ -139,15 +121,9 @@ def _data_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batches and --workers must be positive, got {args.batches} and {args.workers}")
     import json
 
-    from hvdtrain.config import parse_shape
-    from hvdtrain.data import load_dataset
-    from hvdtrain.data.bench import pipeline_throughput
+    from hvdtrain.data.bench import dataset_throughput
 
-    data = load_dataset(cfg.dataset, cfg.data_dir, parse_shape(cfg.synthetic_shape), cfg.seed,
-                        cfg.image_size)
-    result = pipeline_throughput(data.train(0, args.workers, cfg.batch_size, cfg.seed),
-                                 cfg.batch_size, args.batches)
-    result.update(dataset=cfg.dataset, workers=args.workers)
+    result = dataset_throughput(cfg, args.batches, args.workers)
     print(f"hvdtrain: {cfg.dataset} input pipeline: {result['images_per_sec']:.0f} ± "
           f"{result['ci95']:.0f} images/sec (batch {cfg.batch_size}, one worker of {args.workers})")
     print(json.dumps(result, sort_keys=True))

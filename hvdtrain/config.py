@@ -22,6 +22,11 @@ OPTIMIZERS = ("sgd", "adam")
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 WARM_STARTS = ("sync", "single")
+# The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here
+# so a typo is caught before TensorFlow is imported (tests check they match the registries).
+DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic")
+MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet20", "resnet32",
+          "resnet56")
 # Like PyTorch DDP's default bucket: large enough to amortise a round trip, small enough
 # that the last layers' gradients go out while the first layers are still computing.
 DEFAULT_BUCKET_MB = 25.0
@@ -34,14 +39,15 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
 @dataclass
 class TrainConfig:
     # What to train on.
-    model: str = _opt("lenet", "model name from the registry (hvdtrain.models)")
-    dataset: str = _opt(
-        "fashion-mnist", "dataset name", ("fashion-mnist", "cifar10", "imagenet", "image-folder",
-                                          "synthetic"))
+    model: str = _opt("lenet", "model name from the registry (hvdtrain.models)", MODELS)
+    dataset: str = _opt("fashion-mnist", "dataset name", DATASETS)
     data_dir: str | None = _opt(
         None, "folder holding the dataset files (default: the dataset's standard path)")
     train_examples: int | None = _opt(
-        None, "use only the first N training examples (quick runs and tests)")
+        None, "fashion-mnist, cifar10, synthetic: train on the first N examples only (quick "
+              "runs and tests); imagenet: take N as the number of training records, so TFRecords "
+              "without a manifest.json need not be counted (no record is dropped: an epoch is "
+              "N examples of the stream)")
     synthetic_shape: str = _opt(
         "28x28x1", "image shape HxWxC of the synthetic dataset")
     image_size: int = _opt(
@@ -167,7 +173,8 @@ class TrainConfig:
         _fraction(self, "momentum")
         _fraction(self, "outer_momentum")
         _positive_float(self, "outer_lr")
-        for name in ("dataset", "optimizer", "lr_decay", "mode", "outer_optimizer", "warm_start"):
+        for name in ("model", "dataset", "optimizer", "lr_decay", "mode", "outer_optimizer",
+                     "warm_start"):
             choices = _field(name).metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ConfigError(

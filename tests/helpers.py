@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import struct
 
 import numpy as np
 
-from hvdtrain.data.idx import write_idx
+from hvdtrain.data.idx import UBYTE_TYPE
+
+
+def write_idx(path: str, array: np.ndarray) -> None:
+    """Write uint8 data as IDX (gzipped when the name ends in .gz), as Fashion-MNIST ships it."""
+    array = np.asarray(array, dtype=np.uint8)
+    header = struct.pack(">HBB", 0, UBYTE_TYPE, array.ndim)
+    header += struct.pack(">" + "I" * array.ndim, *array.shape)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wb") as fh:
+        fh.write(header + array.tobytes())
 
 
 def learnable_images(n: int, seed: int, num_classes: int = 10, size: int = 28):

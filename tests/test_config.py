@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 import yaml
 
@@ -53,6 +56,10 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"keep_checkpoints": 0}, "--keep-checkpoints must be a positive integer, got 0"),
     ({"step_timeout": -1.0}, "--step-timeout must be zero or positive, got -1.0"),
     ({"elastic": True}, "--elastic needs --out"),
+    ({"model": "nosuch"}, "--model must be one of alexnet, alexnet-lrn, alexnet-2col, lenet, "
+                          "resnet50, resnet20, resnet32, resnet56, got 'nosuch'"),
+    ({"dataset": "mnist"}, "--dataset must be one of fashion-mnist, cifar10, imagenet, "
+                           "image-folder, synthetic, got 'mnist'"),
 ])
 def test_bad_values_get_one_line_naming_option_and_value(overrides, message):
     with pytest.raises(ConfigError) as err:
@@ -83,3 +90,20 @@ def test_yaml_round_trip_is_plain_yaml(tmp_path):
     TrainConfig().save_yaml(str(tmp_path / "c.yaml"))
     data = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert data["batch_size"] == 64 and data["mode"] == "sync"
+
+
+def test_validating_a_config_does_not_import_tensorflow():
+    """Model and dataset names are checked from hvdtrain.config alone, before TensorFlow loads."""
+    code = ("import sys\n"
+            "from hvdtrain.config import load_config\n"
+            "from hvdtrain.errors import ConfigError\n"
+            "load_config(None, {'model': 'resnet50', 'dataset': 'imagenet'})\n"
+            "try:\n"
+            "    load_config(None, {'model': 'nosuch'})\n"
+            "except ConfigError:\n"
+            "    pass\n"
+            "else:\n"
+            "    raise SystemExit('unknown model accepted')\n"
+            "assert not {'tensorflow', 'keras'} & set(sys.modules), 'TensorFlow was imported'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr

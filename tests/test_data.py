@@ -1,8 +1,11 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from hvdtrain import config, data
 from hvdtrain.data import load_dataset, shard_indices, steps_per_epoch
-from hvdtrain.errors import ConfigError
+from hvdtrain.data.pipeline import first_missing, passing_indices
+from hvdtrain.errors import ConfigError, HvdtrainError
 
 
 @pytest.mark.parametrize("n, workers", [(10, 2), (11, 3), (7, 1), (1000, 8)])
@@ -51,3 +54,20 @@ def test_synthetic_dataset_has_the_requested_shape():
 def test_unknown_dataset_is_a_config_error():
     with pytest.raises(ConfigError, match="--dataset must be one of fashion-mnist, .*got 'mnist'"):
         load_dataset("mnist")
+
+
+def test_dataset_names_have_one_home_that_load_dataset_serves():
+    assert data.DATASETS is config.DATASETS
+    for name in config.DATASETS:
+        try:
+            load_dataset(name, synthetic_shape=(4, 4, 1))
+        except HvdtrainError as exc:  # no files here; only "unknown dataset" would be wrong
+            assert "--dataset must be one of" not in str(exc)
+
+
+def test_passing_indices_drops_failed_and_false_checks_and_first_missing_finds_the_gap():
+    items = tf.data.Dataset.from_tensor_slices(["3", "x", "2", "0", "5"])
+    # "x" raises (as an undecodable image would); "0" is a check that says no.
+    passed = passing_indices(items, lambda s: tf.strings.to_number(s) > 0)
+    assert sorted(passed.tolist()) == [0, 2, 4]
+    assert first_missing(passed, 5) == 1 and first_missing(np.array([2, 0, 1]), 3) is None

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hvdtrain.benchmarks.experiments import GridRun, grid
-from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels, plot_runs,
+from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels,
                                                  run_folders, smoothed_rows, thinned)
 from hvdtrain.cli import main
 

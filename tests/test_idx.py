@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from hvdtrain.data import fashion_mnist
-from hvdtrain.data.idx import read_idx, read_images_and_labels, write_idx
+from hvdtrain.data.idx import read_idx, read_images_and_labels
 from hvdtrain.errors import DataError
+
+from helpers import write_idx
 
 
 @pytest.mark.parametrize("name", ["images.idx", "images.idx.gz"])

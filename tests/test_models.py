@@ -1,8 +1,13 @@
 import numpy as np
 import pytest
 
+from hvdtrain.config import MODELS
 from hvdtrain.errors import ConfigError
 from hvdtrain.models import build_model, model_names
+
+
+def test_the_config_lists_exactly_the_registered_models():
+    assert sorted(MODELS) == model_names() and len(set(MODELS)) == len(MODELS)
 
 
 @pytest.mark.parametrize("name, input_shape, params", [

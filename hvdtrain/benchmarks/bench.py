@@ -11,6 +11,7 @@ import time
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job
 from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
 from hvdtrain.config import load_config, parse_choice_list, parse_int_list, parse_shape
+from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
 MODES = ("sync", "local", "independent", "horovod")
@@ -43,8 +44,6 @@ example:
 
 
 def add_parser(commands) -> None:
-    from hvdtrain.cli import add_config_options
-
     parser = commands.add_parser(
         "bench", help="training throughput and scaling on synthetic data",
         description=DESCRIPTION, epilog=EXAMPLE,

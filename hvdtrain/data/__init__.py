@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from hvdtrain.config import DATASETS
 from hvdtrain.data.arrays import ArrayDataset, shard_indices, steps_per_epoch
 from hvdtrain.data.source import DataSource
 from hvdtrain.errors import ConfigError
-
-DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic")
 
 
 def load_dataset(name: str, data_dir: str | None = None, synthetic_shape=(28, 28, 1),

@@ -61,10 +61,13 @@ class ArrayDataset(DataSource):
     def num_train(self) -> int:
         return len(self.train_labels)
 
-    def take_train(self, count: int | None) -> "ArrayDataset":
-        if count is not None:
-            self.train_images = self.train_images[:count]
-            self.train_labels = self.train_labels[:count]
+    def limit_train(self, count: int) -> "ArrayDataset":
+        """Keep the first `count` training examples."""
+        if count > self.num_train:
+            raise ConfigError(f"--train-examples {count} is more than the {self.num_train} "
+                              f"training examples of {self.name}")
+        self.train_images = self.train_images[:count]
+        self.train_labels = self.train_labels[:count]
         return self
 
     def shard(self, rank: int, workers: int) -> np.ndarray:

@@ -41,12 +41,6 @@ def read_batch_file(path: str) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(images), labels
 
 
-def write_batch_file(path: str, images: np.ndarray, labels: np.ndarray) -> None:
-    """The inverse of read_batch_file; for tests and tools."""
-    pixels = np.asarray(images, np.uint8).transpose(0, 3, 1, 2).reshape(len(images), -1)
-    np.concatenate([np.asarray(labels, np.uint8)[:, None], pixels], axis=1).tofile(path)
-
-
 def _folder(data_dir: str) -> str:
     nested = os.path.join(data_dir, "cifar-10-batches-bin")
     return nested if os.path.isdir(nested) else data_dir

@@ -67,13 +67,3 @@ def read_images_and_labels(images_path: str, labels_path: str,
     if len(labels) and labels.max() >= num_classes:
         raise DataError(f"{labels_path}: label {int(labels.max())} is not below {num_classes}")
     return images, labels
-
-
-def write_idx(path: str, array: np.ndarray) -> None:
-    """Write uint8 data as IDX (gzipped when the name ends in .gz); for tests and tools."""
-    array = np.asarray(array, dtype=np.uint8)
-    header = struct.pack(">HBB", 0, UBYTE_TYPE, array.ndim)
-    header += struct.pack(">" + "I" * array.ndim, *array.shape)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wb") as fh:
-        fh.write(header + array.tobytes())

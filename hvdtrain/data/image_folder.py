@@ -13,7 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain.data import images
-from hvdtrain.data.pipeline import AUTOTUNE, finish_test, finish_train, shuffled_indices
+from hvdtrain.data.pipeline import (AUTOTUNE, finish_test, finish_train, first_missing,
+                                    passing_indices, shuffled_indices)
 from hvdtrain.data.source import DataSource
 from hvdtrain.errors import DataError
 
@@ -92,9 +93,20 @@ class ImageFolder(DataSource):
         return finish_test(ds, batch_size, images.IMAGENET_MEAN, images.IMAGENET_STD)
 
     def find_bad_input(self, rank: int, workers: int) -> str | None:
-        for path in self.train_paths[rank::workers] + self.test_paths[rank::workers]:
-            with open(path, "rb") as fh:
-                problem = images.check_decodable(fh.read())
-            if problem:
-                return f"{path}: undecodable image ({problem})"
-        return None
+        paths = self.train_paths[rank::workers] + self.test_paths[rank::workers]
+        if not paths:
+            return None
+        # Every file read and decoded in parallel by tf.data; Python looks at the first failure.
+        passed = passing_indices(tf.data.Dataset.from_tensor_slices(paths),
+                                 lambda p: tf.size(images.decode(tf.io.read_file(p))) > 0)
+        bad = first_missing(passed, len(paths))
+        return None if bad is None else _describe_file(paths[bad])
+
+
+def _describe_file(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            problem = images.check_decodable(fh.read()) or "cannot decode image"
+    except OSError as exc:
+        return f"{path}: cannot read ({exc.strerror})"
+    return f"{path}: undecodable image ({problem})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -47,3 +48,29 @@ def finish_test(ds: tf.data.Dataset, batch_size: int, mean, std) -> tf.data.Data
     return (ds.batch(batch_size)
             .map(normalizer(mean, std), num_parallel_calls=AUTOTUNE)
             .prefetch(AUTOTUNE))
+
+
+# --- finding the input that broke a pipeline ---
+
+def passing_indices(items: tf.data.Dataset, check) -> np.ndarray:
+    """Positions (in any order) of the elements of `items` that pass `check`.
+
+    `check(element)` returns a scalar bool; an element fails when it is False or when
+    computing it raises an error (an undecodable image), and everything after an error
+    in `items` itself is left out (a corrupt file ends the stream). The checks run in
+    parallel in tf.data's threads, not record by record in Python. What a check
+    computes must feed its result: tf.data prunes work that no output depends on.
+    """
+    passed = (items.enumerate()
+              .map(lambda i, x: (i, check(x)), num_parallel_calls=AUTOTUNE, deterministic=False)
+              .ignore_errors()
+              .filter(lambda i, ok: ok)
+              .map(lambda i, ok: i)
+              .batch(1 << 16))
+    return np.concatenate([b.numpy() for b in passed] + [np.zeros(0, np.int64)])
+
+
+def first_missing(indices: np.ndarray, count: int) -> int | None:
+    """The smallest of 0..count-1 that is not in `indices`, or None."""
+    missing = np.setdiff1d(np.arange(count), indices)
+    return int(missing[0]) if missing.size else None

@@ -7,6 +7,8 @@ import abc
 import numpy as np
 import tensorflow as tf
 
+from hvdtrain.errors import ConfigError
+
 
 class DataSource(abc.ABC):
     """A train and a test split, read by each worker from its own shard.
@@ -25,12 +27,26 @@ class DataSource(abc.ABC):
     @property
     @abc.abstractmethod
     def num_train(self) -> int:
-        """Training examples in all shards together."""
+        """Training examples in all shards together (DataError while not known)."""
 
     @property
     def size_is_cheap(self) -> bool:
-        """False when knowing `num_train` means reading every file."""
+        """False while `num_train` is unknown: only `count_train`, reading every file, can tell."""
         return True
+
+    def limit_train(self, count: int) -> "DataSource":
+        """--train-examples: in-memory data keeps its first `count` examples; TFRecords take
+        `count` as their number of training records. ConfigError where it cannot apply."""
+        raise ConfigError(f"--train-examples does not apply to --dataset {self.name}, "
+                          f"got --train-examples {count}")
+
+    def count_train(self) -> int:
+        """`num_train`, counted if need be: then a full pass over the training files.
+
+        Local, no communication: call it on one worker, share the result, and pass it to
+        `limit_train` on every worker.
+        """
+        return self.num_train
 
     # True when the data has no natural epoch (random images): --steps-per-epoch is then
     # taken as given rather than capped at one pass over the shard.

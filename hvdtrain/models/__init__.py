@@ -17,6 +17,8 @@ from hvdtrain.models.lenet import lenet5
 from hvdtrain.models.resnet50 import resnet50
 from hvdtrain.models.resnet_cifar import cifar_resnet
 
+# hvdtrain.config.MODELS repeats these names, so that a configuration can be checked before
+# TensorFlow is imported; tests/test_models.py checks that the two agree.
 _REGISTRY: dict[str, Callable[..., keras.Model]] = {
     "alexnet": alexnet,
     "alexnet-lrn": lambda input_shape, num_classes: alexnet(input_shape, num_classes, lrn=True),

@@ -1,0 +1,48 @@
+"""Command-line options built from TrainConfig's fields, for every command that takes them.
+
+It lives on the config side so that `hvdtrain.cli` and the commands in
+`hvdtrain.benchmarks` can both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+
+from hvdtrain.config import TrainConfig
+
+
+def field_type(tp) -> type:
+    """int from `int | None`, and so on."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    return tp
+
+
+def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
+    """One option per TrainConfig field (or per field in `names`), help from its metadata.
+
+    Defaults are left out of the namespace, so only what was given overrides YAML.
+    Choices are shown but checked by TrainConfig.validate_values, which says what is
+    wrong in one line (argparse would print its usage first).
+    """
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        if names is not None and f.name not in names:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata["help"]
+        kind = field_type(hints[f.name])
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=argparse.SUPPRESS,
+                                help=f"{help_text} (default: {'on' if f.default else 'off'})")
+            continue
+        choices = f.metadata["choices"]
+        if f.default is not None:  # a None default is explained in the help text itself
+            help_text += f" (default: {f.default})"
+        parser.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
+                            metavar="{" + ",".join(choices) + "}" if choices else f.name.upper(),
+                            help=help_text)
