@@ -11,6 +11,15 @@ Update rules (K workers, x̄ the average of the workers' weights, γ the inner r
   α = 1, β = 0 gives x₀ = x̄, i.e. plain local SGD.
 - Nesterov outer momentum (as DiLoCo, Douillard et al. 2023), same buffers:
       u ← β u + (x₀ − x̄) / γ ;  x₀ ← x₀ − α γ (β u + (x₀ − x̄) / γ)
+
+BatchNorm moving variances are pooled, not averaged: the variance of all workers' data
+together is the mean of their variances plus the spread of their means,
+      σ² = mean_k(σ_k² + (μ_k − c)²) − (mean_k(μ_k) − c)²   for any c shared by all,
+so a worker sends σ_k² + (μ_k − c)² (`second_moment`) in place of σ_k², at no extra cost.
+
+With float16 compression a round sends x − x_ref, the change since the last round's
+consensus x_ref, and every worker takes x_ref + mean_k(x_k − x_ref): float16 rounds the
+small change instead of the weight itself (`hvdtrain.keras.state.ModelStateAverager`).
 """
 
 from __future__ import annotations
@@ -100,6 +109,29 @@ def outer_step(x0, x_avg, momentum_buffer, inner_lr, outer_lr: float, outer_mome
     new_buffer = outer_momentum * momentum_buffer + outer_grad
     direction = outer_momentum * new_buffer + outer_grad if nesterov else new_buffer
     return x0 - outer_lr * inner_lr * direction, new_buffer
+
+
+def second_moment(mean, variance, shift=0.0):
+    """One worker's mean square deviation from `shift`, what it sends in place of its variance.
+
+    Any shift all workers share gives the same pooled variance; one near the means keeps
+    (mean − shift)² small, so that float rounding of it does not swamp the variance.
+    """
+    deviation = mean - shift
+    return variance + deviation * deviation
+
+
+def pooled_variance(mean, mean_second_moment, shift=0.0):
+    """Variance of all workers' data together, from the mean over workers of their means and
+    of their `second_moment`s about the same `shift` (workers weighted equally).
+
+    Clamped at 0: where the variance is about 0, the subtraction can leave a tiny negative.
+    """
+    deviation = mean - shift
+    variance = mean_second_moment - deviation * deviation
+    # max(variance, 0) written with `+ abs /`, which NumPy and TensorFlow both provide;
+    # exact, since doubling and halving a float do not round.
+    return (variance + abs(variance)) / 2
 
 
 def gradient_buckets(sizes: Sequence[int], cap_bytes: float) -> list[list[int]]:

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from hvdtrain.averaging import (bytes_allreduced, expected_bytes_allreduced, gradient_steps,
-                                is_local_sync_step, outer_step, payload_bytes, sync_points)
+                                is_local_sync_step, outer_step, payload_bytes, pooled_variance,
+                                second_moment, sync_points)
 
 
 def test_local_rounds_every_n_sync_steps_after_warm_start():
@@ -85,3 +86,53 @@ def test_gradient_buckets_start_from_the_last_layer_and_respect_the_cap():
     assert gradient_buckets([], 50) == []
     # Every gradient in exactly one group.
     assert sorted(i for b in gradient_buckets(sizes, 45) for i in b) == list(range(5))
+
+
+def _pool(means, variances, shift=0.0):
+    """What a round computes: the allreduced means of the means and of the second moments."""
+    means, variances = np.asarray(means), np.asarray(variances)
+    return pooled_variance(means.mean(axis=0),
+                           second_moment(means, variances, shift).mean(axis=0), shift)
+
+
+def test_pooled_variance_adds_the_spread_of_the_workers_means():
+    # Means 0 and 2, variances 1 and 1: data at 0 ± 1 and 2 ± 1 together spread as 1 ± √2.
+    assert _pool([0.0, 2.0], [1.0, 1.0]) == 2.0
+    # Equal means: the arithmetic mean of the variances.
+    assert _pool([3.0, 3.0, 3.0], [1.0, 2.0, 6.0]) == 3.0
+    # One worker: its own variance.
+    assert _pool([5.0], [0.25]) == 0.25
+
+
+def test_pooled_variance_is_the_variance_of_all_workers_data_together():
+    rng = np.random.default_rng(0)
+    # 4 workers, 100 samples each, 3 channels, each worker's data around its own mean.
+    shards = rng.normal(loc=rng.normal(size=(4, 1, 3)), size=(4, 100, 3))
+    pooled = _pool(shards.mean(axis=1), shards.var(axis=1))
+    np.testing.assert_allclose(pooled, shards.reshape(-1, 3).var(axis=0), rtol=1e-12)
+
+
+def test_a_shift_shared_by_the_workers_gives_the_same_pool_with_less_rounding():
+    means, variances = np.float32([1000.0, 1000.5]), np.float32([0.01, 0.03])
+    exact = _pool(means.astype(np.float64), variances.astype(np.float64))
+    assert exact == pytest.approx(0.0825)
+    shifted = _pool(means, variances, shift=np.float32(1000.0))
+    assert shifted == pytest.approx(exact, rel=1e-6)
+    # Unshifted, float32 holds m² ≈ 1e6 only to about 0.06: most of the variance is lost.
+    assert abs(_pool(means, variances) - exact) > 1e-3
+
+
+def test_pooled_variance_clamps_the_cancellation_below_zero_at_zero():
+    assert pooled_variance(1.0, 1.0 - 1e-12) == 0.0
+    pooled = pooled_variance(np.array([1.0, 2.0]), np.array([1.0 - 1e-12, 4.5]))
+    assert pooled.tolist() == [0.0, 0.5]
+
+
+def test_pooled_variance_runs_on_tensorflow_tensors_as_on_numpy():
+    import tensorflow as tf
+
+    means, variances = np.float32([[0.0, 1.0], [2.0, 1.0]]), np.float32([[1.0, 0.5], [1.0, 0.0]])
+    mean = tf.reduce_mean(tf.constant(means), axis=0)
+    moment = tf.reduce_mean(second_moment(tf.constant(means), tf.constant(variances), 0.5), axis=0)
+    np.testing.assert_allclose(pooled_variance(mean, moment, 0.5).numpy(),
+                               _pool(means, variances), rtol=1e-6)

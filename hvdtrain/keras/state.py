@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.averaging import outer_step, payload_bytes
+from hvdtrain.averaging import outer_step, payload_bytes, pooled_variance, second_moment
 
 
 def _dtype(variable) -> tf.DType:
@@ -18,6 +18,32 @@ def _dtype(variable) -> tf.DType:
 
 def _floating(variables):
     return [v for v in variables if _dtype(v).is_floating]
+
+
+def _copies(variables) -> list[tf.Variable]:
+    # Plain tf.Variables: hvdtrain's own state, not layers' weights that Keras should save.
+    return [tf.Variable(tf.convert_to_tensor(v), trainable=False) for v in variables]
+
+
+def _layers_within(layer):
+    """The layer and every layer of the models nested in it, through the public `layers`."""
+    yield layer
+    for inner in getattr(layer, "layers", ()):
+        yield from _layers_within(inner)
+
+
+def batch_norm_statistics(model: keras.Model) -> list[tuple]:
+    """(moving_mean, moving_variance) of each BatchNormalization layer, nested models included.
+
+    One held by a custom layer that is not a Model is missed (Keras 3 lists a plain layer's
+    sublayers only privately); its variance is then averaged like any other statistic.
+    """
+    seen, pairs = set(), []
+    for layer in _layers_within(model):
+        if isinstance(layer, keras.layers.BatchNormalization) and id(layer) not in seen:
+            seen.add(id(layer))
+            pairs.append((layer.moving_mean, layer.moving_variance))
+    return pairs
 
 
 def read(variables) -> list[tf.Tensor]:
@@ -106,8 +132,10 @@ class ModelStateAverager:
     """Averages chosen groups of a model's state across workers in one grouped allreduce.
 
     Groups: trainable weights, non-trainable float variables (BatchNorm moving
-    statistics), and optimizer slots. With an `OuterOptimizer`, the averaged weights
-    go through `hvdtrain.averaging.outer_step` before every worker takes them.
+    statistics), and optimizer slots. BatchNorm moving variances are pooled (they take in
+    the spread of the workers' means) in the same allreduce. With an `OuterOptimizer`, the
+    averaged weights go through `hvdtrain.averaging.outer_step` before every worker takes
+    them. With `fp16_allreduce`, only the change since the last round travels in float16.
     """
 
     def __init__(self, model: keras.Model, *, trainable: bool = True,
@@ -119,15 +147,26 @@ class ModelStateAverager:
         self.slots = optimizer_slots(model.optimizer) if optimizer_state else []
         self.outer = outer if trainable else None
         self.fp16_allreduce = fp16_allreduce
-        self.rounds = 0
         self.anchor = self.buffers = None
         if self.outer is not None:
-            # x0 (the weights after the last round) and the outer momentum buffer u. Plain
-            # tf.Variables: hvdtrain's own state, not layers' weights that Keras should save.
-            self.anchor = [tf.Variable(tf.convert_to_tensor(w), trainable=False)
-                           for w in self.weights]
+            # x0 (the weights after the last round) and the outer momentum buffer u.
+            self.anchor = _copies(self.weights)
             self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
                             for w in self.weights]
+        # With fp16 compression a round sends only each variable's change since the last
+        # round, from this reference (the state every worker held then; SlowMo's x0 is
+        # exactly that for the weights): float16 keeps 11 bits of a small change, where it
+        # would round the value itself to 2^-11 of its size and lose a late, small update.
+        self.reference = None
+        if fp16_allreduce:
+            weights = self.anchor if self.anchor is not None else _copies(self.weights)
+            self.reference = weights + _copies(self.statistics + self.slots)
+        # Positions in `variables` of each BatchNorm layer's moving mean and variance: the
+        # variance is pooled, not averaged (hvdtrain.averaging.pooled_variance).
+        position = {id(v): i for i, v in enumerate(self.variables)}
+        self._moments = [(position[id(mean)], position[id(var)])
+                         for mean, var in batch_norm_statistics(model)
+                         if id(mean) in position and id(var) in position]
         self._average_fn = tf.function(self._average)
 
     @property
@@ -138,11 +177,6 @@ class ModelStateAverager:
     def payload_bytes(self) -> int:
         """Bytes one worker hands to allreduce per round."""
         return variable_bytes(self.variables, self.fp16_allreduce)
-
-    @property
-    def bytes_allreduced(self) -> int:
-        """Payload allreduced so far; nothing is sent with one worker."""
-        return self.rounds * self.payload_bytes if comm.size() > 1 else 0
 
     def retrace(self) -> None:
         """Trace the averaging step again, e.g. after the number of workers changed."""
@@ -156,10 +190,13 @@ class ModelStateAverager:
                 tf.TensorSpec([], tf.float32), apply_outer and self.outer is not None, take_chief)
 
     def reset_anchor(self) -> None:
-        """Take the current (consensus) weights as x0; call after a broadcast."""
-        if self.anchor is not None:
-            for anchor, weight in zip(self.anchor, self.weights):
-                anchor.assign(weight)
+        """Take the current state as SlowMo's x0 and as the reference fp16 rounds send their
+        change from. Call whenever every worker holds the same state, e.g. after a broadcast:
+        workers whose references differ would end a round apart."""
+        if self.reference is not None:
+            assign(self.reference, read(self.variables))  # SlowMo's x0 among them
+        elif self.anchor is not None:
+            assign(self.anchor, read(self.weights))
 
     def average(self, apply_outer: bool = True, take_chief: bool = False) -> float:
         """One averaging round; returns the mean L2 distance of a worker's weights from the average.
@@ -173,38 +210,83 @@ class ModelStateAverager:
         # Floor the rate: SlowMo divides by it, and a cosine schedule reaches 0.
         inner_lr = tf.maximum(current_learning_rate(self.model.optimizer), 1e-12)
         distance = self._average_fn(inner_lr, apply_outer and self.outer is not None, take_chief)
-        self.rounds += 1
         return float(distance)
 
     def _average(self, inner_lr, apply_outer: bool, take_chief: bool):
-        variables = self.variables
+        values = read(self.variables)
+        results = self._exchange(values, take_chief)
+        n = len(self.weights)
+        distance = tf.constant(0.0)
+        if self.weights:
+            squared = [tf.reduce_sum(tf.square(w - m)) for w, m in zip(values[:n], results[:n])]
+            (distance,) = comm.average([tf.sqrt(tf.add_n(squared))], name="weight_divergence")
+        if self.anchor is not None:
+            results[:n] = self._outer_update(results[:n], inner_lr, apply_outer)
+        assign(self.variables, results)
+        if self.reference is not None:
+            # What every worker now holds; SlowMo's x0 (the first n) is that already.
+            start = n if self.anchor is not None else 0
+            assign(self.reference[start:], results[start:])
+        return distance
+
+    def _exchange(self, values, take_chief: bool) -> list[tf.Tensor]:
+        """The workers' mean of each variable (BatchNorm variances pooled), or with
+        `take_chief` rank 0's value; before any outer step."""
+        if comm.size() == 1:
+            # Nothing to exchange; skipping the encoding keeps a one-worker round a no-op
+            # to the bit. Read when traced, like the rank below.
+            return list(values)
+        reference = read(self.reference) if self.reference is not None else None
+        # Rank 0's variances travel as they are: there is nothing to pool.
+        moments = [] if take_chief else self._moments
+        sent = _encode(values, reference, moments)
         if take_chief:
             # Rank is read when this is traced; `retrace` runs whenever the workers change.
             share = 1.0 if comm.is_chief() else 0.0
-            means = comm.total([t * tf.constant(share, t.dtype) for t in read(variables)],
-                               name="model_state_from_chief", fp16=self.fp16_allreduce)
+            received = comm.total([t * tf.constant(share, t.dtype) for t in sent],
+                                  name="model_state_from_chief", fp16=self.fp16_allreduce)
         else:
-            means = comm.average(read(variables), name="model_state", fp16=self.fp16_allreduce)
-        n = len(self.weights)
-        weight_means = means[:n]
-        distance = tf.constant(0.0)
-        if self.weights:
-            squared = [tf.reduce_sum(tf.square(w - m))
-                       for w, m in zip(read(self.weights), weight_means)]
-            (distance,) = comm.average([tf.sqrt(tf.add_n(squared))], name="weight_divergence")
+            received = comm.average(sent, name="model_state", fp16=self.fp16_allreduce)
+        return _decode(received, reference, moments)
 
-        if self.anchor is not None:
-            if apply_outer:
-                targets = []
-                for anchor, buf, mean in zip(self.anchor, self.buffers, weight_means):
-                    new_anchor, new_buf = outer_step(anchor, mean, buf, inner_lr, self.outer.lr,
-                                                     self.outer.momentum, self.outer.nesterov)
-                    buf.assign(new_buf)
-                    anchor.assign(new_anchor)
-                    targets.append(new_anchor)
-                weight_means = targets
-            else:
-                for anchor, mean in zip(self.anchor, weight_means):
-                    anchor.assign(mean)
-        assign(variables, list(weight_means) + means[n:])
-        return distance
+    def _outer_update(self, means, inner_lr, apply_outer: bool) -> list:
+        """The new x0, which every worker takes: the outer step from the mean, or the mean."""
+        if not apply_outer:
+            assign(self.anchor, means)
+            return list(means)
+        targets = []
+        for anchor, buf, mean in zip(self.anchor, self.buffers, means):
+            new_anchor, new_buf = outer_step(anchor, mean, buf, inner_lr, self.outer.lr,
+                                             self.outer.momentum, self.outer.nesterov)
+            buf.assign(new_buf)
+            anchor.assign(new_anchor)
+            targets.append(new_anchor)
+        return targets
+
+
+# fp16 rounds keep the reference of the raw statistics (mean a, variance r) and take the
+# second moment about a: at the reference it is r itself, so the variance's reference serves
+# the sent quantity too, and what travels is Δv + Δm², as small as the changes. A reference
+# for v + m² would send Δv + 2mΔm instead, whose float16 rounding grows with the mean and can
+# swamp Δv where the mean is large next to the spread.
+
+def _encode(values, reference, moments) -> list[tf.Tensor]:
+    """What a worker allreduces: its values, each BatchNorm variance replaced by the second
+    moment (about 0, or with a reference about the reference mean); with a reference, minus it."""
+    sent = list(values)
+    for i, j in moments:
+        sent[j] = second_moment(values[i], values[j], 0.0 if reference is None else reference[i])
+    if reference is not None:
+        sent = [s - r for s, r in zip(sent, reference)]
+    return sent
+
+
+def _decode(received, reference, moments) -> list[tf.Tensor]:
+    """The new values from the allreduced ones: `_encode` undone on the means."""
+    if reference is not None:
+        received = [r + d for r, d in zip(reference, received)]
+    received = list(received)
+    for i, j in moments:
+        received[j] = pooled_variance(received[i], received[j],
+                                      0.0 if reference is None else reference[i])
+    return received
