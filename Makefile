@@ -6,7 +6,7 @@ WORKERS ?= 2
 EPOCHS ?= 2
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-fast clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,10 @@ demo: setup
 
 test: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Unit tests only: no horovodrun, no full training (about a minute here).
+test-fast: setup
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not multiprocess and not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -25,10 +25,6 @@ def init() -> None:
         hvd.init()
 
 
-def is_initialized() -> bool:
-    return hvd.is_initialized()
-
-
 def rank() -> int:
     return hvd.rank()
 
@@ -43,10 +39,6 @@ def local_rank() -> int:
 
 def local_size() -> int:
     return hvd.local_size()
-
-
-def cross_rank() -> int:
-    return hvd.cross_rank()
 
 
 def is_chief() -> bool:

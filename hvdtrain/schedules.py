@@ -22,12 +22,21 @@ def scaled_lr(base_lr: float, global_batch: int) -> float:
 
 @dataclass(frozen=True)
 class ScheduleSpec:
+    """A schedule in optimizer steps of `workers` × `per_worker_batch` examples.
+
+    `step_offset` is added to the optimizer's step count: a run that continues with a
+    different number of workers (elastic, or resumed with another -np) starts its new
+    schedule at the position its examples so far correspond to, so step counts (and
+    the warmup and total lengths) may be fractional.
+    """
+
     base_lr: float
     per_worker_batch: int
     workers: int
-    warmup_steps: int
-    total_steps: int
+    warmup_steps: float
+    total_steps: float
     decay: str = "cosine"
+    step_offset: float = 0.0
 
     @property
     def peak_lr(self) -> float:
@@ -39,12 +48,23 @@ class ScheduleSpec:
         return scaled_lr(self.base_lr, self.per_worker_batch)
 
 
-def warmup_steps_for(warmup_epochs: float, steps_per_epoch: int) -> int:
-    return int(round(warmup_epochs * steps_per_epoch))
+def schedule_in_examples(base_lr: float, per_worker_batch: int, workers: int,
+                         warmup_examples: float, total_examples: float, decay: str,
+                         examples_done: int, steps_done: int) -> ScheduleSpec:
+    """The schedule for the current workers of a run whose lengths are in examples.
+
+    After `steps_done` optimizer steps that consumed `examples_done` examples, step
+    `steps_done` of the new workers continues at the position of `examples_done`.
+    """
+    global_batch = per_worker_batch * workers
+    return ScheduleSpec(base_lr, per_worker_batch, workers, warmup_examples / global_batch,
+                        total_examples / global_batch, decay,
+                        examples_done / global_batch - steps_done)
 
 
 def learning_rate_at(step: int, spec: ScheduleSpec) -> float:
     """The rate used for optimizer step `step` (0-based)."""
+    step = step + spec.step_offset
     peak, initial = spec.peak_lr, spec.initial_lr
     if step < spec.warmup_steps:
         return initial + (peak - initial) * step / spec.warmup_steps

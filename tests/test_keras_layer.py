@@ -26,7 +26,7 @@ def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(readme_example() + (
         "np.savez(f'final-rank{hk.rank()}.npz', weights=np.concatenate(\n"
-        "    [w.numpy().ravel() for w in model.weights]), rounds=callbacks[0].sync_count)\n"))
+        "    [w.numpy().ravel() for w in model.weights]), rounds=callbacks[0].rounds)\n"))
     result = horovodrun(str(script), cwd=str(tmp_path))
     ranks = load_rank_files(str(tmp_path), "final")
     np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])

@@ -192,6 +192,7 @@ def test_two_columns_compute_the_grouped_one_tower_alexnet():
     np.testing.assert_allclose(two_col(x, training=False).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_scale", [False, True])
 def test_training_step_with_colocated_gradients_matches_keras_tape_step(loss_scale):
     keras.utils.set_random_seed(4)
@@ -279,6 +280,7 @@ def placement(tmp_path_factory):
         return {key: data[key] for key in data.files}
 
 
+@pytest.mark.slow
 def test_configure_devices_splits_the_cpu_into_two_logical_devices(placement):
     for key in ("devices", "devices_again", "logical_cpus"):
         assert placement[key].tolist() == [CPU0, CPU1], key
@@ -332,7 +334,7 @@ def test_local_sgd_hybrid_training_ends_in_consensus_after_drifting_apart(hybrid
     assert np.abs(rank0["weights"] - rank0["initial"]).max() > 1e-4
     for rank in (rank0, rank1):
         history = json.loads(str(rank["history"]))
-        assert history["sync_count"] == [2]     # rounds after steps 2 and 4
+        assert history["averaging_rounds"] == [2]     # rounds after steps 2 and 4
         assert history["divergence"][0] > 1e-4  # the workers were apart before each round
 
 
@@ -357,4 +359,4 @@ def test_cli_hybrid_two_workers_times_two_devices(tmp_path):
                "--no-validate", "--out", str(out), timeout=300)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"] == 2 and summary["model_parallel"] == 2
-    assert summary["sync_count"] == 2 and summary["parameters"] > 0
+    assert summary["averaging_rounds"] == 2 and summary["parameters"] > 0

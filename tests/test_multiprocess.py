@@ -13,6 +13,7 @@ import yaml
 from conftest import horovodrun, load_rank_files
 from helpers import write_learnable_idx_dataset
 from hvdtrain.averaging import expected_bytes_allreduced, sync_points
+from hvdtrain.stats import per_batch_values
 
 pytestmark = pytest.mark.multiprocess
 
@@ -62,6 +63,21 @@ def trained(tmp_path_factory):
 
 def _assert_same_on_both_ranks(ranks, key, atol=1e-6):
     np.testing.assert_allclose(ranks[0][key], ranks[1][key], rtol=0, atol=atol)
+
+
+def test_a_one_worker_warm_start_logs_rank_0s_steps_then_the_mean(trained):
+    root, results, _ = trained
+    ranks = results["resnet_local_single"]  # 2 warm-start steps, then 3 local ones
+    own = [per_batch_values(r["step_losses"].tolist()) for r in ranks]
+    logged = [json.loads(line)["loss"]
+              for line in (root / "run-resnet_local_single" / "steps.jsonl").read_text().splitlines()]
+    assert len(logged) == 5
+    # The other worker's warm-start steps are discarded, so the curve is rank 0's alone...
+    assert logged[:2] == pytest.approx(own[0][:2], rel=1e-6)
+    assert own[1][:2] != pytest.approx(own[0][:2], rel=1e-3)
+    # ...and the mean of both once every worker's steps count.
+    assert logged[2:] == pytest.approx([(a + b) / 2 for a, b in zip(own[0][2:], own[1][2:])],
+                                       rel=1e-6)
 
 
 # --- synchronous data parallelism (foundation) ---
@@ -130,7 +146,7 @@ def test_summary_reports_the_run(trained):
     assert summary["epochs"] == 2 and summary["total_steps"] == 16
     assert 0.0 <= summary["test_accuracy"] <= 1.0 and summary["images_per_sec"] > 0
     # Every step averaged every gradient: 61,706 float32 parameters.
-    assert summary["sync_count"] == 16
+    assert summary["gradient_steps_averaged"] == 16 and summary["averaging_rounds"] == 0
     assert summary["bytes_allreduced"] == 16 * 61_706 * 4
 
 
@@ -174,7 +190,7 @@ def test_local_sgd_counts_rounds_and_bytes(trained):
     _, results, _ = trained
     gradient_bytes = 61_706 * 4
     summary = results["plain_local3"][0]["summary"]
-    assert summary["sync_count"] == len(sync_points(8, 8, 3)) == 3
+    assert summary["averaging_rounds"] == len(sync_points(8, 8, 3)) == 3
     assert summary["bytes_allreduced"] == expected_bytes_allreduced(
         "local", 8, 8, 3, 0, gradient_bytes, gradient_bytes, 0)
     assert results["plain_sync"][0]["summary"]["bytes_allreduced"] == 8 * gradient_bytes
@@ -192,7 +208,7 @@ def test_local_sgd_with_batchnorm_and_a_warm_start_ends_in_consensus(trained, na
     _assert_same_on_both_ranks(ranks, "non_trainable")
     summary = ranks[0]["summary"]
     # 5 steps: warm for 2, then rounds at 4 (n_sync 2) and 5 (epoch end), plus the hand-over at 2.
-    assert summary["sync_count"] == len(sync_points(5, 5, 2, 2)) == 3
+    assert summary["averaging_rounds"] == len(sync_points(5, 5, 2, 2)) == 3
     assert summary["gradient_steps_averaged"] == gradient_steps
     # Rounds move weights and BatchNorm statistics (float32); a sync warm start adds gradients.
     gradient_bytes = ranks[0]["trainable"].size * 4
@@ -228,7 +244,7 @@ def test_all_ranks_identical_right_after_every_sync_and_different_between(probe,
             assert gap <= 1e-6, f"step {step} is a sync point but ranks differ by {gap}"
         elif step > warm or warm_start == "single":
             assert gap > 1e-4, f"step {step} is local but ranks agree"
-    assert int(probe[0][f"{warm_start}_sync_count"]) == len(points)
+    assert int(probe[0][f"{warm_start}_rounds"]) == len(points)
     # Gradients are averaged only during a synchronous warm start.
     assert int(probe[0][f"{warm_start}_averaged_steps"]) == (warm if warm_start == "sync" else 0)
 
@@ -312,5 +328,5 @@ def test_resnet50_local_sgd_on_two_workers_ends_in_consensus(imagenet_trained):
     ranks = imagenet_trained["resnet50"]
     _assert_same_on_both_ranks(ranks, "trainable")
     _assert_same_on_both_ranks(ranks, "non_trainable")
-    assert ranks[0]["summary"]["sync_count"] == len(sync_points(3, 3, 2)) == 2
+    assert ranks[0]["summary"]["averaging_rounds"] == len(sync_points(3, 3, 2)) == 2
     assert np.isfinite(ranks[0]["summary"]["test_loss"])

@@ -47,13 +47,15 @@ def test_finished_files_and_checkpoints_get_the_usual_permissions_not_private_on
 
     import tensorflow as tf
 
-    from hvdtrain.training.checkpoints import CheckpointStore, Progress
+    from hvdtrain.progress import TrainingProgress
+    from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
     old = os.umask(0o022)
     try:
         write_json(str(tmp_path / "summary.json"), {"v": 1})
         checkpoint = CheckpointStore(str(tmp_path / "checkpoints")).save(
-            tf.train.Checkpoint(v=tf.Variable(1.0)), Progress(1, 10, 1, 8))
+            tf.train.Checkpoint(v=tf.Variable(1.0)),
+            SavedProgress(TrainingProgress(epoch_examples=80, examples=8, steps=1), 1, 8))
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "summary.json").st_mode) == 0o644

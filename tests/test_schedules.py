@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from hvdtrain.schedules import ScheduleSpec, learning_rate_at, scaled_lr, warmup_steps_for
+from hvdtrain.schedules import ScheduleSpec, learning_rate_at, scaled_lr, schedule_in_examples
 
 SPEC = ScheduleSpec(base_lr=0.1, per_worker_batch=64, workers=4, warmup_steps=100,
                     total_steps=1100, decay="cosine")
@@ -40,9 +40,16 @@ def test_constant_decay_and_no_warmup():
     assert [learning_rate_at(s, spec) for s in (0, 5, 10)] == pytest.approx([0.2] * 3)
 
 
-def test_warmup_epochs_convert_to_steps():
-    assert warmup_steps_for(0.5, 469) == 234
-    assert warmup_steps_for(5, 100) == 500
+def test_schedule_in_examples_continues_at_the_same_position_after_the_workers_change():
+    # 4 workers of 32 ran 30 steps (3840 examples); 2 workers go on from step 30.
+    before = schedule_in_examples(0.1, 32, 4, 1280, 12800, "cosine", 0, 0)
+    after = schedule_in_examples(0.1, 32, 2, 1280, 12800, "cosine", 3840, 30)
+    # The position in the schedule (rate / peak rate) is the same at the hand-over...
+    assert learning_rate_at(30, after) / after.peak_lr == pytest.approx(
+        learning_rate_at(30, before) / before.peak_lr)
+    # ...and the new workers reach the end of the schedule at the same examples.
+    assert learning_rate_at(30 + (12800 - 3840) // 64, after) == pytest.approx(0.0, abs=1e-12)
+    assert after.peak_lr == before.peak_lr / 2  # linear scaling follows the global batch
 
 
 @pytest.mark.parametrize("decay", ["cosine", "step", "constant"])
@@ -52,7 +59,7 @@ def test_keras_schedule_matches_pure_function(decay):
 
     from hvdtrain.keras.schedule import WarmupDecaySchedule
 
-    spec = ScheduleSpec(0.1, 32, 8, 37, 400, decay)
+    spec = ScheduleSpec(0.1, 32, 8, 37.5, 400.25, decay, step_offset=-2.5)
     schedule = WarmupDecaySchedule.from_spec(spec)
     for step in (0, 1, 20, 36, 37, 38, 200, 300, 399, 400, 450):
         assert float(schedule(tf.constant(step))) == pytest.approx(

@@ -19,6 +19,7 @@ from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
 from hvdtrain.config import TrainConfig, load_config, parse_choice_list, parse_int_list
+from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
@@ -29,7 +30,7 @@ GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "warm_start", "out", "resu
                 "elastic_commit_every"}
 BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIONS)
 SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
-                   "sync_count", "total_steps")
+                   "averaging_rounds", "total_steps")
 COLUMNS = ("name", "workers", "n_sync", "start", "final_training_error", *SUMMARY_COLUMNS)
 
 
@@ -63,8 +64,6 @@ def grid(workers: list[int], n_syncs: list[int], starts: list[str]) -> list[Grid
 
 
 def add_parser(commands) -> None:
-    from hvdtrain.cli import add_config_options
-
     parser = commands.add_parser(
         "sweep", help="learning curves over workers × n_sync × cold/warm start",
         description=__doc__.split("\n\n")[1],

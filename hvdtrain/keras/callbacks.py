@@ -13,6 +13,7 @@ import keras
 
 from hvdtrain import comm
 from hvdtrain.keras.state import ModelStateAverager, broadcast_model_state
+from hvdtrain.progress import TrainingProgress
 
 
 class BroadcastInitialState(keras.callbacks.Callback):
@@ -46,13 +47,19 @@ class AverageModelStatistics(keras.callbacks.Callback):
 
     In synchronous training the weights stay identical but each worker's BatchNorm
     statistics see only its own shard; averaging them before evaluation and
-    checkpointing makes the evaluated and saved model the same on every rank.
+    checkpointing makes the evaluated and saved model the same on every rank. With a
+    `progress`, the bytes each round hands to allreduce are added to its count.
     """
 
-    def __init__(self):
+    def __init__(self, progress: TrainingProgress | None = None):
         super().__init__()
+        self.progress = progress
         self.averager: ModelStateAverager | None = None
+        self._traced_for: tuple[int, int] | None = None
         self._pending = False
+
+    # No outer optimizer in sync mode: nothing beyond the model for a checkpoint to keep.
+    outer_state: list = []
 
     def attach(self, model: keras.Model) -> ModelStateAverager:
         if self.averager is None:
@@ -60,7 +67,12 @@ class AverageModelStatistics(keras.callbacks.Callback):
         return self.averager
 
     def on_train_begin(self, logs=None):
-        self.attach(self.model)
+        averager = self.attach(self.model)
+        # The rank is baked into a traced round: trace again after the workers changed.
+        world = (comm.rank(), comm.size())
+        if self._traced_for not in (None, world):
+            averager.retrace()
+        self._traced_for = world
 
     def on_train_batch_end(self, batch, logs=None):
         self._pending = True
@@ -68,6 +80,8 @@ class AverageModelStatistics(keras.callbacks.Callback):
     def _average_pending(self):
         if self._pending and self.averager is not None and self.averager.variables:
             self.averager.average()
+            if self.progress is not None and comm.size() > 1:
+                self.progress.state_bytes += self.averager.payload_bytes
         self._pending = False
 
     def on_test_begin(self, logs=None):

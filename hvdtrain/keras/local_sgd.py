@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import keras
 
+from hvdtrain import comm
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
                                   broadcast_model_state, broadcast_variables, build_optimizer)
+from hvdtrain.progress import TrainingProgress, executed_steps
 
 
 class LocalSGD(keras.callbacks.Callback):
@@ -53,28 +55,27 @@ class LocalSGD(keras.callbacks.Callback):
       outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov".
       outer_lr, outer_momentum: alpha and beta of the outer update.
       broadcast_initial_state: start every worker from rank 0's state.
+      progress: the run's `TrainingProgress`, when another callback placed before
+        this one advances it (hvdtrain's trainer does); by default this callback
+        keeps its own step count.
 
-    Epoch logs gain `sync_count` (rounds so far) and `divergence` (mean L2 distance
-    of a worker's weights from the average just before each local round this epoch).
-    A round also runs before evaluation, at each epoch end and at the end of
-    training, so what is evaluated and saved is the consensus model.
+    Epoch logs gain `averaging_rounds` (rounds so far) and `divergence` (mean L2
+    distance of a worker's weights from the average just before each local round
+    this epoch). A round also runs before evaluation, at each epoch end and at the
+    end of training, so what is evaluated and saved is the consensus model.
+
+    With `steps_per_execution` > 1 Keras reports several steps per batch callback:
+    they are all counted, and a round falls due at the end of the execution in which
+    its step falls. The warm start's end must then fall on an execution boundary.
     """
 
     def __init__(self, n_sync: int, warm_start_steps: int = 0, average_bn_stats: bool = True,
                  average_optimizer_state: bool = False, outer_optimizer: str = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
-                 warm_start: str = "sync"):
+                 warm_start: str = "sync", progress: TrainingProgress | None = None):
         super().__init__()
-        if isinstance(n_sync, bool) or not isinstance(n_sync, int) or n_sync <= 0:
-            raise ValueError(f"n_sync must be a positive integer, got {n_sync!r}")
-        if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
-                or warm_start_steps < 0:
-            raise ValueError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
-        if warm_start not in WARM_STARTS:
-            raise ValueError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
-        if outer_optimizer not in OUTER_OPTIMIZERS:
-            raise ValueError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
+        _check_arguments(n_sync, warm_start_steps, warm_start, outer_optimizer)
         self.n_sync = n_sync
         self.warm_start_steps = warm_start_steps
         self.warm_start = warm_start
@@ -84,23 +85,22 @@ class LocalSGD(keras.callbacks.Callback):
             outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
         self.broadcast_initial_state = broadcast_initial_state
         self.fp16_allreduce = fp16_allreduce
+        self.counts_steps = progress is None  # nobody else advances the progress then
+        self.progress = progress or TrainingProgress()
         self.averager: ModelStateAverager | None = None
-        self.step = 0
-        self._last_sync_step = 0
+        self._traced_for: tuple[int, int] | None = None
+        self._begin = 0
         self._epoch_distances: list[float] = []
 
-    def in_sync(self) -> bool:
-        """True right after an averaging round: every worker holds the same state."""
-        return self.averager is not None and self.step == self._last_sync_step
+    @property
+    def rounds(self) -> int:
+        """Averaging rounds so far (the warm start's hand-over and epoch ends included)."""
+        return self.progress.averaging_rounds
 
     @property
-    def sync_count(self) -> int:
-        return self.averager.rounds if self.averager else 0
-
-    @property
-    def bytes_allreduced(self) -> int:
-        """Payload this worker allreduced in averaging rounds (gradients not included)."""
-        return self.averager.bytes_allreduced if self.averager else 0
+    def outer_state(self) -> list:
+        """The outer optimizer's momentum buffers: state a checkpoint must keep (after `attach`)."""
+        return list(self.averager.buffers or []) if self.averager else []
 
     def attach(self, model: keras.Model) -> ModelStateAverager:
         """Create the averaging state now (it is created at train begin otherwise), e.g. to
@@ -119,45 +119,61 @@ class LocalSGD(keras.callbacks.Callback):
         if averages_gradients and not has_gradient_averaging(optimizer):
             raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
+        _check_steps_per_execution(self.model, self.warm_start_steps)
         averager = self.attach(self.model)
         if self.broadcast_initial_state:
             broadcast_model_state(self.model)
             broadcast_variables(averager.buffers or [], name="outer_momentum")
         averager.reset_anchor()
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
-        self.step = self._last_sync_step = int(optimizer.iterations.numpy())
-        averager.trace(apply_outer=True)
-        if self.step < self.warm_start_steps:
-            averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
+        self.progress.steps = int(optimizer.iterations.numpy())
+        self.progress.consensus_step = self.progress.steps
+        self._trace(averager)
         if has_gradient_averaging(optimizer):
-            optimizer.averaging_enabled.assign(averages_gradients
-                                               and self.step < self.warm_start_steps)
+            optimizer.averaging_enabled.assign(
+                averages_gradients and self.progress.steps < self.warm_start_steps)
+
+    def _trace(self, averager: ModelStateAverager) -> None:
+        # The rank is baked into the traced round: trace again when the workers changed
+        # (an elastic job), and not on every fit, since tracing a large model takes seconds.
+        world = (comm.rank(), comm.size())
+        if self._traced_for not in (None, world):
+            averager.retrace()
+        self._traced_for = world
+        averager.trace(apply_outer=True)
+        if self.progress.steps < self.warm_start_steps:
+            averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begin = batch
 
     def on_train_batch_end(self, batch, logs=None):
-        self.step += 1
-        if is_warm_start_end(self.step, self.warm_start_steps):
+        steps = executed_steps(self._begin, batch)
+        if self.counts_steps:
+            self.progress.advance(steps)
+        done = range(self.progress.steps - steps + 1, self.progress.steps + 1)
+        if any(is_warm_start_end(step, self.warm_start_steps) for step in done):
             if self.warm_start == "sync":
                 base_optimizer(self.model.optimizer).averaging_enabled.assign(False)
-            self._warm_start_round()
-        elif is_local_sync_step(self.step, self.n_sync, self.warm_start_steps):
-            self._local_round()
+            self._round(warm_start=True)
+        elif any(is_local_sync_step(step, self.n_sync, self.warm_start_steps) for step in done):
+            self._round(warm_start=False)
 
-    def _local_round(self) -> None:
-        self._last_sync_step = self.step
-        self._epoch_distances.append(self.averager.average(apply_outer=True))
-
-    def _warm_start_round(self) -> None:
+    def _round(self, warm_start: bool) -> None:
         # After a synchronous warm start only the BatchNorm statistics differ; after a
         # one-worker warm start everything but rank 0's state is thrown away.
-        self._last_sync_step = self.step
-        self.averager.average(apply_outer=False, take_chief=self.warm_start == "single")
+        distance = self.averager.average(apply_outer=not warm_start,
+                                         take_chief=warm_start and self.warm_start == "single")
+        if not warm_start:
+            self._epoch_distances.append(distance)
+        self.progress.averaging_rounds += 1
+        if comm.size() > 1:
+            self.progress.state_bytes += self.averager.payload_bytes
+        self.progress.consensus_step = self.progress.steps
 
     def _sync_pending(self) -> None:
-        if self.averager is not None and self.step > self._last_sync_step:
-            if self.step > self.warm_start_steps:
-                self._local_round()
-            else:
-                self._warm_start_round()
+        if self.averager is not None and not self.progress.in_consensus:
+            self._round(warm_start=self.progress.steps <= self.warm_start_steps)
 
     def on_test_begin(self, logs=None):
         self._sync_pending()
@@ -165,10 +181,30 @@ class LocalSGD(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._sync_pending()
         if logs is not None:
-            logs["sync_count"] = self.sync_count
+            logs["averaging_rounds"] = self.rounds
             distances = self._epoch_distances
             logs["divergence"] = sum(distances) / len(distances) if distances else 0.0
         self._epoch_distances = []
 
     def on_train_end(self, logs=None):
         self._sync_pending()
+
+
+def _check_arguments(n_sync, warm_start_steps, warm_start: str, outer_optimizer: str) -> None:
+    if isinstance(n_sync, bool) or not isinstance(n_sync, int) or n_sync <= 0:
+        raise ValueError(f"n_sync must be a positive integer, got {n_sync!r}")
+    if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
+            or warm_start_steps < 0:
+        raise ValueError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
+    if warm_start not in WARM_STARTS:
+        raise ValueError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
+    if outer_optimizer not in OUTER_OPTIMIZERS:
+        raise ValueError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
+
+
+def _check_steps_per_execution(model: keras.Model, warm_start_steps: int) -> None:
+    """The warm start's gradient averaging is switched off between executions only."""
+    per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
+    if per_execution > 1 and warm_start_steps % per_execution:
+        raise ValueError(f"LocalSGD(warm_start_steps={warm_start_steps}) needs a multiple of the "
+                         f"model's steps_per_execution ({per_execution})")

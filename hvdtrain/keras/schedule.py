@@ -16,10 +16,10 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from the one-worker rate to the scaled rate, then decay."""
 
     def __init__(self, base_lr, per_worker_batch, workers, warmup_steps, total_steps,
-                 decay="cosine"):
+                 decay="cosine", step_offset=0.0):
         super().__init__()
         self.spec = ScheduleSpec(base_lr, per_worker_batch, workers, warmup_steps,
-                                 total_steps, decay)
+                                 total_steps, decay, step_offset)
 
     @classmethod
     def from_spec(cls, spec: ScheduleSpec) -> "WarmupDecaySchedule":
@@ -27,7 +27,7 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         spec = self.spec
-        step = tf.cast(step, tf.float32)
+        step = tf.cast(step, tf.float32) + spec.step_offset
         peak = tf.constant(spec.peak_lr, tf.float32)
         decay_steps = float(max(spec.total_steps - spec.warmup_steps, 1))
         progress = tf.clip_by_value((step - spec.warmup_steps) / decay_steps, 0.0, 1.0)

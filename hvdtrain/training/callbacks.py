@@ -1,27 +1,46 @@
-"""Callbacks of the `hvdtrain train` command: throughput, metrics log, checkpoints, guards."""
+"""Callbacks of the `hvdtrain train` command: progress, throughput, logs, checkpoints, guards.
+
+They read the run's counts from its one `TrainingProgress`, which `CountProgress`
+(first in the list) advances after every step.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import time
-from typing import Callable
 
 import keras
 import tensorflow as tf
 
-from hvdtrain import comm
+from hvdtrain import comm, files
 from hvdtrain.errors import HvdtrainError
 from hvdtrain.keras.state import current_learning_rate
+from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.stats import per_batch_values
-from hvdtrain import files
-from hvdtrain.training.checkpoints import CheckpointStore, Progress
+from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
 
 class TrainingDiverged(HvdtrainError):
     """The loss or the weights stopped being finite."""
 
     exit_code = 4
+
+
+class CountProgress(keras.callbacks.Callback):
+    """Advances the run's progress by the steps each batch callback covers; put it first."""
+
+    def __init__(self, progress: TrainingProgress, batch_size: int):
+        super().__init__()
+        self.progress = progress
+        self.batch_size = batch_size
+        self._begin = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begin = batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.progress.advance(executed_steps(self._begin, batch), self.batch_size * comm.size())
 
 
 class ThroughputMeter(keras.callbacks.Callback):
@@ -33,11 +52,10 @@ class ThroughputMeter(keras.callbacks.Callback):
     over workers gives the job's rate.
     """
 
-    def __init__(self, batch_size: int, workers: int):
+    def __init__(self, batch_size: int):
         super().__init__()
         self.batch_size = batch_size
-        self.workers = workers
-        self.timed_images = 0
+        self.timed_images = 0   # all workers together, counted at each epoch's worker count
         self.timed_seconds = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -53,37 +71,36 @@ class ThroughputMeter(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         seconds = (self._end - self._start) if self._start is not None else 0.0
-        images = self._batches * self.batch_size
+        images = self._batches * self.batch_size * comm.size()
         self.timed_images += images
         self.timed_seconds += seconds
         if logs is not None:
-            logs["images_per_sec"] = self.workers * images / seconds if seconds > 0 else 0.0
+            logs["images_per_sec"] = images / seconds if seconds > 0 else 0.0
 
     @property
     def images_per_sec(self) -> float:
-        """This worker's rate over the whole run, times the workers."""
-        if self.timed_seconds <= 0:
-            return 0.0
-        return self.workers * self.timed_images / self.timed_seconds
+        """The job's rate over the whole run, as this worker timed it."""
+        return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else 0.0
 
 
 class MetricsLog(keras.callbacks.Callback):
     """One JSON object per epoch in metrics.jsonl (rank 0 only; after MetricAverage)."""
 
-    def __init__(self, path: str, start_time: float, workers: Callable[[], int] = lambda: 1):
+    def __init__(self, path: str, start_time: float, progress: TrainingProgress):
         super().__init__()
         self.path = path
         self.start_time = start_time
-        self.workers = workers
+        self.progress = progress
 
     def on_epoch_end(self, epoch, logs=None):
         record = {k: float(v) for k, v in (logs or {}).items()}
         record.update(
             epoch=epoch + 1,
-            step=int(self.model.optimizer.iterations.numpy()),
+            step=self.progress.steps,
+            examples=self.progress.examples,
             lr=float(current_learning_rate(self.model.optimizer).numpy()),
             wall_seconds=time.time() - self.start_time,
-            workers=self.workers(),
+            workers=comm.size(),
         )
         files.append_jsonl(self.path, record)
 
@@ -92,21 +109,25 @@ class StepLog(keras.callbacks.Callback):
     """Training loss and error of every step, in steps.jsonl: the data of learning curves.
 
     Each worker keeps its own minibatch values; at the epoch end (and at each elastic
-    commit, see `flush`) one allreduce averages them over workers and rank 0 appends a
-    line per step (`step`, `loss`, `error` = 1 − accuracy, `wall_seconds` since the run
-    started). In local mode the workers' models differ between rounds, so this is the
-    mean of what each worker saw on its own minibatch. Every rank must have this callback.
+    commit, see `flush`) one allreduce combines them and rank 0 appends a line per
+    step (`step`, `examples`, `loss`, `error` = 1 − accuracy, `wall_seconds` since the
+    run started). In local mode the workers' models differ between rounds, so a step's
+    line is the mean of what each worker saw on its own minibatch. Steps up to
+    `chief_only_steps` (a one-worker warm start, whose other workers' steps are
+    discarded) log rank 0's values alone. Every rank must have this callback.
     """
 
-    def __init__(self, path: str, start_time: float):
+    def __init__(self, path: str, start_time: float, progress: TrainingProgress,
+                 chief_only_steps: int = 0):
         super().__init__()
         self.path = path  # written by whichever worker is rank 0 at the time
         self.start_time = start_time
+        self.progress = progress
+        self.chief_only_steps = chief_only_steps
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._first_step = int(self.model.optimizer.iterations.numpy()) + 1
         # Keras's running means of this epoch, and how many of their steps are written.
-        self._loss, self._accuracy, self._wall = [], [], []
+        self._loss, self._accuracy, self._wall, self._steps, self._examples = [], [], [], [], []
         self._written = 0
 
     def on_train_batch_end(self, batch, logs=None):
@@ -114,12 +135,20 @@ class StepLog(keras.callbacks.Callback):
         self._loss.append(float(logs.get("loss", math.nan)))
         self._accuracy.append(float(logs.get("accuracy", math.nan)))
         self._wall.append(time.time() - self.start_time)
+        self._steps.append(self.progress.steps)
+        self._examples.append(self.progress.examples)
 
     def on_epoch_end(self, epoch, logs=None):
         self.flush()
 
+    def _shares(self, steps: list[int]) -> tf.Tensor:
+        """Each step's weight in the sum over workers: 1/K, or all of it on rank 0."""
+        chief = 1.0 if comm.is_chief() else 0.0
+        return tf.constant([chief if step <= self.chief_only_steps else 1.0 / comm.size()
+                            for step in steps], tf.float64)
+
     def flush(self) -> None:
-        """Average and write the steps not yet written; a collective call.
+        """Combine and write the steps not yet written; a collective call.
 
         An elastic job calls it before every commit: a change of workers resumes from
         the commit and restarts the epoch's bookkeeping, so what was buffered before
@@ -130,14 +159,16 @@ class StepLog(keras.callbacks.Callback):
             return
         values = tf.constant([per_batch_values(self._loss)[first:],
                               per_batch_values(self._accuracy)[first:]], dtype=tf.float64)
-        (mean,) = comm.average([values], name=f"step_log_{self._first_step + first}")
+        steps = self._steps[first:]
+        (combined,) = comm.total([values * self._shares(steps)], name=f"step_log_{steps[0]}")
         self._written = len(self._loss)
         if not comm.is_chief():
             return
-        lines = [json.dumps({"step": self._first_step + first + i, "loss": loss,
+        lines = [json.dumps({"step": step, "examples": examples, "loss": loss,
                              "error": 1.0 - accuracy, "wall_seconds": round(wall, 4)}) + "\n"
-                 for i, (loss, accuracy, wall)
-                 in enumerate(zip(*mean.numpy().tolist(), self._wall[first:]))]
+                 for step, examples, loss, accuracy, wall
+                 in zip(steps, self._examples[first:], *combined.numpy().tolist(),
+                        self._wall[first:])]
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.writelines(lines)
 
@@ -151,30 +182,29 @@ class Checkpointer(keras.callbacks.Callback):
     """
 
     def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, interval: tuple[str, int],
-                 progress: Callable[[], Progress], in_sync: Callable[[], bool] = lambda: True):
+                 progress: TrainingProgress, batch_size: int):
         super().__init__()
         self.store = store
         self.state = state
         self.unit, self.every = interval
         self.progress = progress
-        self.in_sync = in_sync
+        self.batch_size = batch_size
         self._due = False
-        self.last_saved: str | None = None
 
     def _save(self) -> None:
-        progress = self.progress()
+        step = self.progress.steps
         if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.model.weights):
-            raise TrainingDiverged(f"weights are not finite at step {progress.step}; not saving. "
-                                   f"Last good checkpoint: {self.last_saved or 'none'}")
-        self.last_saved = self.store.save(self.state, progress)
+            raise TrainingDiverged(f"weights are not finite at step {step}; not saving. "
+                                   f"Last good checkpoint: {self.store.newest() or 'none'}")
+        self.store.save(self.state, SavedProgress(
+            TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size))
         self._due = False
 
     def on_train_batch_end(self, batch, logs=None):
         if self.unit != "steps":
             return
-        step = self.progress().step
-        self._due = self._due or step % self.every == 0
-        if self._due and self.in_sync():
+        self._due = self._due or self.progress.steps % self.every == 0
+        if self._due and self.progress.in_consensus:
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -191,30 +221,28 @@ class ElasticCommit(keras.callbacks.Callback):
     workers in ends this `fit` at once, and an epoch whose end callbacks had not run
     by then would never be logged, since training resumes at the next epoch. For the
     same reason an epoch's last step is committed at the epoch end, not at batch end.
+    `step_log` is flushed first, so no step of the committed stretch goes unlogged.
     """
 
-    def __init__(self, state, every: int, in_sync: Callable[[], bool] = lambda: True,
-                 sync_count: Callable[[], int] = lambda: 0,
-                 before_commit: Callable[[], None] = lambda: None):
+    def __init__(self, state, every: int, progress: TrainingProgress, step_log=None):
         super().__init__()
         self.state = state
         self.every = every
-        self.in_sync = in_sync
-        self.sync_count = sync_count
-        self.before_commit = before_commit  # e.g. StepLog.flush
+        self.progress = progress
+        self.step_log = step_log
         self._due = False
 
     def _commit(self):
-        self.before_commit()
-        self.state.sync_count = self.sync_count()
+        if self.step_log is not None:
+            self.step_log.flush()
+        self.state.progress = self.progress.saved()
         self._due = False
         self.state.commit()
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        self._due = self._due or step % self.every == 0
+        self._due = self._due or self.progress.steps % self.every == 0
         last_of_epoch = batch + 1 == self.params.get("steps")
-        if self._due and self.in_sync() and not last_of_epoch:
+        if self._due and self.progress.in_consensus and not last_of_epoch:
             self._commit()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -224,14 +252,15 @@ class ElasticCommit(keras.callbacks.Callback):
 class FiniteLossGuard(keras.callbacks.Callback):
     """Stops training at the first step whose loss is NaN or infinite, naming the step."""
 
-    def __init__(self, last_checkpoint: Callable[[], str | None] = lambda: None):
+    def __init__(self, progress: TrainingProgress, store: CheckpointStore | None = None):
         super().__init__()
-        self.last_checkpoint = last_checkpoint
+        self.progress = progress
+        self.store = store
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
-            step = int(self.model.optimizer.iterations.numpy())
+            newest = self.store.newest() if self.store is not None else None
             raise TrainingDiverged(
-                f"loss is {float(loss)} at step {step}; stopping. "
-                f"Last good checkpoint: {self.last_checkpoint() or 'none'}")
+                f"loss is {float(loss)} at step {self.progress.steps}; stopping. "
+                f"Last good checkpoint: {newest or 'none'}")

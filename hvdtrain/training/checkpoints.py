@@ -17,11 +17,12 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import tensorflow as tf
 
 from hvdtrain.files import usual_mode
+from hvdtrain.progress import TrainingProgress
 
 
 STATE_PREFIX = "state"
@@ -30,23 +31,26 @@ _NAME = re.compile(r"^step-(\d{9})$")
 
 
 @dataclass(frozen=True)
-class Progress:
-    """Where training stood when a checkpoint was written."""
+class SavedProgress:
+    """Where training stood when a checkpoint was written, and with how many workers."""
 
-    step: int               # optimizer steps completed
-    steps_per_epoch: int
+    progress: TrainingProgress
     workers: int
     batch_size: int
-    sync_count: int = 0     # local-SGD averaging rounds so far
 
-    @property
-    def epoch(self) -> int:
-        """Epochs fully completed."""
-        return self.step // self.steps_per_epoch
+    def to_json(self) -> dict:
+        return {**self.progress.saved(), "workers": self.workers, "batch_size": self.batch_size}
 
-    @property
-    def step_in_epoch(self) -> int:
-        return self.step % self.steps_per_epoch
+    @classmethod
+    def from_json(cls, meta: dict) -> "SavedProgress":
+        meta = dict(meta)
+        workers, batch_size = meta.pop("workers"), meta.pop("batch_size")
+        if "step" in meta:  # written before progress was counted in examples
+            global_batch = workers * batch_size
+            meta = {"epoch_examples": meta["steps_per_epoch"] * global_batch,
+                    "examples": meta["step"] * global_batch, "steps": meta["step"],
+                    "averaging_rounds": meta.get("sync_count", 0)}
+        return cls(TrainingProgress(**meta), int(workers), int(batch_size))
 
 
 def _sha256(path: str) -> str:
@@ -75,17 +79,17 @@ class CheckpointStore:
     def path_for(self, step: int) -> str:
         return os.path.join(self.folder, f"step-{step:09d}")
 
-    def save(self, state: tf.train.Checkpoint, progress: Progress) -> str:
+    def save(self, state: tf.train.Checkpoint, saved: SavedProgress) -> str:
         os.makedirs(self.folder, exist_ok=True)
         tmp = tempfile.mkdtemp(dir=self.folder, prefix=".tmp-")
         try:
             state.write(os.path.join(tmp, STATE_PREFIX))
             files = {name: _sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
             with open(os.path.join(tmp, META), "w", encoding="utf-8") as fh:
-                json.dump({"progress": asdict(progress), "files": files}, fh, indent=2)
+                json.dump({"progress": saved.to_json(), "files": files}, fh, indent=2)
                 fh.flush()
                 os.fsync(fh.fileno())
-            final = self.path_for(progress.step)
+            final = self.path_for(saved.progress.steps)
             if os.path.exists(final):  # the same step saved again (e.g. after a resume)
                 shutil.rmtree(final)
             os.chmod(tmp, usual_mode(0o777))
@@ -106,18 +110,22 @@ class CheckpointStore:
 
     def _prune(self) -> None:
         for old in self.checkpoints()[self.keep:]:
-            shutil.rmtree(old, ignore_errors=True)
+            # Renamed first: a crash while deleting leaves a `.tmp-*` folder, never a
+            # half-deleted checkpoint under its final name.
+            doomed = tempfile.mkdtemp(dir=self.folder, prefix=".tmp-")
+            os.rename(old, os.path.join(doomed, os.path.basename(old)))
+            shutil.rmtree(doomed, ignore_errors=True)
         for name in os.listdir(self.folder):
             if name.startswith(".tmp-"):  # left by a crash during an earlier save
                 shutil.rmtree(os.path.join(self.folder, name), ignore_errors=True)
 
     @staticmethod
-    def verify(path: str) -> tuple[Progress | None, str | None]:
+    def verify(path: str) -> tuple[SavedProgress | None, str | None]:
         """(progress, None) for a sound checkpoint, (None, why not) otherwise."""
         try:
             with open(os.path.join(path, META), encoding="utf-8") as fh:
                 meta = json.load(fh)
-            progress = Progress(**meta["progress"])
+            progress = SavedProgress.from_json(meta["progress"])
             files = meta["files"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return None, f"{path}: unreadable {META} ({exc.__class__.__name__})"
@@ -131,7 +139,12 @@ class CheckpointStore:
                 return None, f"{path}: {name} is damaged (checksum mismatch)"
         return progress, None
 
-    def newest_sound(self) -> tuple[str | None, Progress | None, list[str]]:
+    def newest(self) -> str | None:
+        """The newest finished checkpoint, unverified (for messages)."""
+        found = self.checkpoints()
+        return found[0] if found else None
+
+    def newest_sound(self) -> tuple[str | None, SavedProgress | None, list[str]]:
         """The newest checkpoint that verifies, its progress, and what was wrong with newer ones."""
         problems = []
         for path in self.checkpoints():
@@ -146,29 +159,3 @@ def restore(state: tf.train.Checkpoint, path: str) -> None:
     """Load a checkpoint into already-built variables; every saved value must find its variable."""
     status = state.read(os.path.join(path, STATE_PREFIX))
     status.assert_existing_objects_matched()
-
-
-@dataclass(frozen=True)
-class FitPhase:
-    """One `model.fit` call: epochs [first_epoch, end_epoch) of `steps` steps each."""
-
-    first_epoch: int
-    end_epoch: int
-    steps: int
-    first_step: int
-
-
-def fit_phases(start_step: int, steps_per_epoch: int, epochs: int) -> list[FitPhase]:
-    """How to continue from `start_step`: the rest of an interrupted epoch, then whole epochs.
-
-    Keras gives every epoch of one `fit` the same length, so a run resumed mid-epoch
-    needs a short first call.
-    """
-    epoch, offset = divmod(start_step, steps_per_epoch)
-    phases = []
-    if offset and epoch < epochs:
-        phases.append(FitPhase(epoch, epoch + 1, steps_per_epoch - offset, start_step))
-        epoch += 1
-    if epoch < epochs:
-        phases.append(FitPhase(epoch, epochs, steps_per_epoch, epoch * steps_per_epoch))
-    return phases

@@ -53,7 +53,7 @@ def fit(rank, warm_start):
     history = model.fit(x, y, batch_size=4, epochs=EPOCHS, shuffle=False, verbose=0,
                         callbacks=[before, local_sgd, after, hk.MetricAverage()])
     return {f"{warm_start}_before": np.stack(before.rows), f"{warm_start}_after": np.stack(after.rows),
-            f"{warm_start}_sync_count": local_sgd.sync_count,
+            f"{warm_start}_rounds": local_sgd.rounds,
             f"{warm_start}_averaged_steps": int(optimizer.averaged_steps.numpy()),
             f"{warm_start}_history": json.dumps(history.history)}
 

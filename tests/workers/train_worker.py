@@ -8,6 +8,8 @@ import json
 import os
 import sys
 
+import horovod.tensorflow as hvd
+import keras
 import numpy as np
 
 from hvdtrain import comm
@@ -15,10 +17,22 @@ from hvdtrain.config import load_config
 from hvdtrain.training.runner import train
 
 
+class StepLosses(keras.callbacks.Callback):
+    """This rank's own running-mean loss after every step, as Keras logs it."""
+
+    def __init__(self):
+        super().__init__()
+        self.losses = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.losses.append(float(logs["loss"]))
+
+
 def main(results_dir: str, runs_json: str) -> None:
     comm.init()
     for run in json.loads(runs_json):
-        result = train(load_config(None, run["config"]))
+        losses = StepLosses()
+        result = train(load_config(None, run["config"]), extra_callbacks=(losses,))
         model = result.model
         np.savez(
             os.path.join(results_dir, f"{run['name']}-rank{comm.rank()}.npz"),
@@ -29,8 +43,9 @@ def main(results_dir: str, runs_json: str) -> None:
                  if "float" in w.dtype] or [np.zeros(0)]),
             shard=result.train_shard,
             history=json.dumps(result.history),
+            step_losses=np.array(losses.losses),
             summary=json.dumps(result.summary),
-            local_size=comm.local_size(), cross_rank=comm.cross_rank(),
+            local_size=comm.local_size(), cross_rank=hvd.cross_rank(),
         )
 
 

@@ -1,0 +1,115 @@
+"""Where a training run stands, counted in examples so it survives a change of workers.
+
+A step means a different amount of data when the number of workers changes (an
+elastic job that shrinks, a checkpoint resumed with another `-np`), so progress is
+kept in examples seen by all workers together, and the epoch, the steps left in
+it and the learning-rate schedule's position are derived from that count.
+
+An epoch ends at the first step at which the examples reach a multiple of the epoch
+length, so a run of E epochs trains on E × epoch length examples plus less than one
+global batch. Pure Python: the Keras callbacks in `hvdtrain.training.callbacks` and
+`hvdtrain.keras.local_sgd` advance and read the one `TrainingProgress` of a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainingProgress:
+    """The counts of one run; one object, shared by every callback that needs them.
+
+    - `examples`: training examples consumed by all workers together.
+    - `steps`: optimizer steps this worker has completed (its `optimizer.iterations`).
+    - `averaging_rounds`: local SGD rounds that averaged the workers' state.
+    - `state_bytes`: bytes this worker handed to allreduce in state-averaging rounds
+      (local SGD rounds, sync mode's BatchNorm averaging); a round with one worker
+      sends nothing and adds nothing.
+    - `consensus_step`: the step after which all workers last held the same state, or
+      None when they always do (synchronous training).
+    """
+
+    epoch_examples: int = 0   # 0: not known (a Keras layer used on its own)
+    examples: int = 0
+    steps: int = 0
+    averaging_rounds: int = 0
+    state_bytes: int = 0
+    consensus_step: int | None = None
+
+    def advance(self, steps: int, global_batch: int = 0) -> None:
+        self.steps += steps
+        self.examples += steps * global_batch
+
+    @property
+    def epoch(self) -> int:
+        """Epochs completed."""
+        return self.examples // self.epoch_examples
+
+    @property
+    def in_consensus(self) -> bool:
+        """True when every worker holds the same model state (right after a round)."""
+        return self.consensus_step is None or self.consensus_step == self.steps
+
+    def saved(self) -> dict[str, int]:
+        """What a checkpoint or an elastic commit keeps (consensus is implied there)."""
+        return {"epoch_examples": self.epoch_examples, "examples": self.examples,
+                "steps": self.steps, "averaging_rounds": self.averaging_rounds,
+                "state_bytes": self.state_bytes}
+
+
+def epoch_length(num_train: int | None, steps_cap: int | None, global_batch: int) -> int:
+    """Examples in one epoch: the training set, or fewer when `--steps-per-epoch` caps it.
+
+    A cap is in steps of the workers the run starts with; the run keeps the length in
+    examples it gave, whatever the workers later. Endless data (None) needs a cap.
+    """
+    if steps_cap is None:
+        if num_train is None:
+            raise ValueError("endless data needs a steps cap to define an epoch")
+        return num_train
+    capped = steps_cap * global_batch
+    return capped if num_train is None else min(num_train, capped)
+
+
+def steps_to_epoch_end(examples: int, epoch_examples: int, global_batch: int) -> int:
+    """Steps of `global_batch` from `examples` to the end of the epoch they are in."""
+    epoch_end = (examples // epoch_examples + 1) * epoch_examples
+    return -(-(epoch_end - examples) // global_batch)
+
+
+@dataclass(frozen=True)
+class FitPhase:
+    """One `model.fit` call: epochs [first_epoch, end_epoch) of `steps` steps each."""
+
+    first_epoch: int
+    end_epoch: int
+    steps: int
+
+
+def fit_phases(examples: int, epoch_examples: int, epochs: int,
+               global_batch: int) -> list[FitPhase]:
+    """How to train from `examples` to the end of epoch `epochs` with this global batch.
+
+    Keras gives every epoch of one `fit` the same number of steps; epochs whose
+    lengths in steps differ (the length in examples is not a multiple of the global
+    batch, or the run resumes mid-epoch) go into separate calls.
+    """
+    phases: list[FitPhase] = []
+    for epoch in range(examples // epoch_examples, epochs):
+        steps = steps_to_epoch_end(examples, epoch_examples, global_batch)
+        examples += steps * global_batch
+        if phases and phases[-1].steps == steps:
+            phases[-1] = FitPhase(phases[-1].first_epoch, epoch + 1, steps)
+        else:
+            phases.append(FitPhase(epoch, epoch + 1, steps))
+    return phases
+
+
+def executed_steps(begin_step: int, end_step: int) -> int:
+    """Steps one Keras batch callback covers: several with `steps_per_execution` > 1.
+
+    Keras 3 calls `on_train_batch_begin(begin)` and `on_train_batch_end(end)` once per
+    execution, with the first and last step index of it.
+    """
+    return end_step - begin_step + 1

@@ -1,0 +1,77 @@
+"""The callbacks of one run, made once and listed in the order that makes them correct.
+
+Order, for every `fit` of the run:
+  1. `CountProgress`: the progress every later callback reads;
+  2. the state callbacks: the initial broadcast (sync mode) and `LocalSGD` or
+     `AverageModelStatistics`, so later ones see the consensus model;
+  3. throughput, then `MetricAverage` (which averages what came before it), the
+     finite-loss guard and the step log, then the user's extra callbacks;
+  4. rank 0 only: the metrics log, TensorBoard and checkpoints, which read averaged
+     metrics and the consensus weights;
+  5. the elastic commit, which may end the `fit` and so comes after the epoch's logs;
+  6. the step watchdog, last, so a checkpoint save counts as progress.
+Rank 0 can change in an elastic job, so the list is drawn up again for every `fit`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import keras
+
+from hvdtrain import comm
+from hvdtrain.config import TrainConfig, parse_interval
+from hvdtrain.keras.callbacks import BroadcastInitialState, MetricAverage
+from hvdtrain.progress import TrainingProgress
+from hvdtrain.training import run_folder
+from hvdtrain.training.callbacks import (Checkpointer, CountProgress, ElasticCommit,
+                                         FiniteLossGuard, MetricsLog, StepLog, ThroughputMeter)
+from hvdtrain.training.checkpoints import CheckpointStore
+from hvdtrain.training.watchdog import StepWatchdog
+
+
+@dataclass
+class RunCallbacks:
+    """Every callback of the run; the ones with state live as long as the run."""
+
+    every_rank: list[keras.callbacks.Callback]
+    chief_only: list[keras.callbacks.Callback]
+    throughput: ThroughputMeter
+    step_log: StepLog
+    watchdog: StepWatchdog | None
+    elastic: list[keras.callbacks.Callback] = field(default_factory=list)
+
+    def add_elastic_commit(self, elastic_state, every: int, progress: TrainingProgress) -> None:
+        self.elastic = [ElasticCommit(elastic_state, every, progress, step_log=self.step_log)]
+
+    def for_this_rank(self) -> list[keras.callbacks.Callback]:
+        chief = self.chief_only if comm.is_chief() else []
+        return self.every_rank + chief + self.elastic + ([self.watchdog] if self.watchdog else [])
+
+
+def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: TrainingProgress,
+                  state_sync: keras.callbacks.Callback, checkpointer: Checkpointer,
+                  extra: tuple[keras.callbacks.Callback, ...] = ()) -> RunCallbacks:
+    throughput = ThroughputMeter(cfg.batch_size)
+    one_worker_warm_start = cfg.mode == "local" and cfg.warm_start == "single"
+    step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start_time, progress,
+                       chief_only_steps=cfg.warm_start_steps if one_worker_warm_start else 0)
+    broadcast = [BroadcastInitialState()] if cfg.mode == "sync" else []
+    every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, throughput,
+                  MetricAverage(), FiniteLossGuard(progress, checkpointer.store), step_log,
+                  *extra]
+    chief_only = [
+        MetricsLog(os.path.join(run_dir, run_folder.METRICS), start_time, progress),
+        keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
+                                    write_graph=False, profile_batch=0),
+        checkpointer,
+    ]
+    watchdog = StepWatchdog(cfg.step_timeout) if cfg.step_timeout else None
+    return RunCallbacks(every_rank, chief_only, throughput, step_log, watchdog)
+
+
+def make_checkpointer(cfg: TrainConfig, run_dir: str, state, progress: TrainingProgress) -> Checkpointer:
+    store = CheckpointStore(os.path.join(run_dir, run_folder.CHECKPOINTS), cfg.keep_checkpoints)
+    return Checkpointer(store, state, parse_interval(cfg.checkpoint_every), progress,
+                        cfg.batch_size)

@@ -1,0 +1,47 @@
+"""The test-split evaluation at the end of a run, and naming the input a decode error came from."""
+
+from __future__ import annotations
+
+import contextlib
+
+import keras
+import tensorflow as tf
+
+from hvdtrain import comm
+from hvdtrain.data import DataSource
+from hvdtrain.errors import DataError
+
+EVAL_BATCH = 250
+
+
+@contextlib.contextmanager
+def naming_bad_input(data: DataSource, rank: int, workers: int):
+    """Turn a decode failure deep in tf.data into one line naming the file at fault."""
+    try:
+        yield
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as exc:
+        problem = data.find_bad_input(rank, workers)
+        if problem is None:
+            raise
+        raise DataError(problem) from exc
+
+
+def evaluate(model: keras.Model, test_ds: tf.data.Dataset) -> tuple[float, float]:
+    """Loss and accuracy over the whole test split: each worker its shard, summed exactly."""
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+
+    @tf.function(autograph=False)  # no Python control flow to convert
+    def batch_totals(images, labels):
+        logits = tf.cast(model(images, training=False), tf.float32)
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
+                                                 tf.cast(labels, tf.int32)), tf.float64))
+        return tf.stack([tf.cast(loss_fn(labels, logits), tf.float64), correct,
+                         tf.cast(tf.shape(labels)[0], tf.float64)])
+
+    local = tf.zeros(3, tf.float64)
+    for images, labels in test_ds:
+        local += batch_totals(images, labels)
+    loss_sum, correct, count = comm.total([local], name="evaluation")[0].numpy()
+    if count == 0:
+        raise DataError("the test split is empty")
+    return float(loss_sum / count), float(correct / count)

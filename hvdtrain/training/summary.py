@@ -1,0 +1,53 @@
+"""summary.json: what a finished run did, in numbers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+
+from hvdtrain import comm
+from hvdtrain.config import TrainConfig
+from hvdtrain.keras.state import variable_bytes
+from hvdtrain.progress import TrainingProgress
+from hvdtrain.training.world import World
+
+
+def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: TrainingProgress,
+                images_per_sec: float, history: dict[str, list[float]], resumed_from_step: int,
+                train_seconds: float, test_loss: float, test_accuracy: float) -> dict[str, Any]:
+    """The summary of a run; a collective call (throughput is averaged over workers)."""
+    gradient_steps = int(model.optimizer.averaged_steps.numpy())
+    gradient_bytes = variable_bytes(model.trainable_variables, cfg.fp16_allreduce)
+    return {
+        "test_accuracy": test_accuracy,
+        "test_loss": test_loss,
+        # Every worker timed the job's rate; their mean is the job's.
+        "images_per_sec": comm.average_scalars({"v": images_per_sec}, name="final_throughput")["v"],
+        "wall_seconds": train_seconds,
+        "workers": world.workers,
+        "mode": cfg.mode,
+        "model": cfg.model,
+        "dataset": cfg.dataset,
+        "epochs": cfg.epochs,
+        "epoch_examples": progress.epoch_examples,
+        "examples_trained": progress.examples,
+        "steps_per_epoch": math.ceil(progress.epoch_examples / world.global_batch),
+        "total_steps": progress.steps,
+        "steps_run": progress.steps - resumed_from_step,
+        "resumed_from_step": resumed_from_step,
+        "global_batch": world.global_batch,
+        "peak_lr": world.schedule.peak_lr,
+        "parameters": int(model.count_params()),
+        "model_parallel": cfg.model_parallel,
+        "n_sync": cfg.n_sync if cfg.mode == "local" else 1,
+        # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
+        "averaging_rounds": progress.averaging_rounds,
+        "gradient_steps_averaged": gradient_steps,
+        # What this worker handed to allreduce: gradients on averaged steps, model state
+        # in averaging rounds (none in rounds held with one worker).
+        "bytes_allreduced": gradient_steps * gradient_bytes + progress.state_bytes,
+        "final_train_loss": float(history["loss"][-1]) if history else float("nan"),
+        "final_train_accuracy": float(history["accuracy"][-1]) if history else float("nan"),
+    }

@@ -1,0 +1,51 @@
+"""What depends on the number of workers: the global batch and the learning-rate schedule.
+
+An elastic job that resizes, or a checkpoint resumed with another `-np`, gets a
+new `World`; the run's progress in examples carries over unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hvdtrain import comm
+from hvdtrain.config import TrainConfig
+from hvdtrain.data import DataSource, steps_per_epoch
+from hvdtrain.errors import ConfigError
+from hvdtrain.progress import TrainingProgress, epoch_length
+from hvdtrain.schedules import ScheduleSpec, schedule_in_examples
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    workers: int
+    global_batch: int
+    schedule: ScheduleSpec
+
+
+def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
+    """The world of the workers running now, continuing the schedule from `progress`."""
+    workers = comm.size()
+    epoch_examples = progress.epoch_examples
+    schedule = schedule_in_examples(
+        cfg.base_lr, cfg.batch_size, workers, cfg.warmup_epochs * epoch_examples,
+        cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps)
+    return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
+
+
+def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:
+    """The run's epoch length in examples (see `hvdtrain.progress.epoch_length`).
+
+    `num_train` is None when the data has no natural epoch, or when counting it would
+    mean reading every record and `--steps-per-epoch` makes the count unnecessary.
+    """
+    workers = comm.size()
+    if num_train is not None:
+        steps_per_epoch(num_train, workers, cfg.batch_size)  # a batch must fit in a shard
+    examples = epoch_length(num_train, cfg.steps_per_epoch, cfg.batch_size * workers)
+    total_steps = cfg.epochs * examples // (cfg.batch_size * workers)
+    if cfg.mode == "local" and cfg.warm_start_steps >= total_steps:
+        raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
+                          f"in a run of {total_steps} steps")
+    return examples

@@ -1,0 +1,47 @@
+"""LocalSGD counts every step, also when Keras runs several per call (steps_per_execution)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import hvdtrain.keras as hk
+from hvdtrain.averaging import sync_points
+
+
+def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 40):
+    hk.init()  # a world of one worker
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(hk.with_gradient_averaging(keras.optimizers.SGD(0.1), averaging=False),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=steps_per_execution)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(examples, 3)).astype("float32"), rng.integers(0, 2, examples)
+    history = model.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0,
+                        callbacks=[local_sgd])
+    return model, history.history
+
+
+@pytest.mark.parametrize("per_execution", [1, 2, 5])
+def test_every_step_is_counted_whatever_the_steps_per_execution(per_execution):
+    local_sgd = hk.LocalSGD(n_sync=5)
+    model, history = _fit(local_sgd, per_execution)
+    assert local_sgd.progress.steps == int(model.optimizer.iterations.numpy()) == 20
+    # Rounds after steps 5 and 10 of each 10-step epoch: as with one step per call.
+    assert local_sgd.rounds == len(sync_points(20, 10, 5)) == 4
+    assert history["averaging_rounds"] == [2, 4]
+
+
+def test_a_round_due_inside_an_execution_runs_at_its_end():
+    local_sgd = hk.LocalSGD(n_sync=3)
+    _fit(local_sgd, 2, epochs=1)  # executions end at steps 2, 4, 6, 8, 10
+    # Rounds due after steps 3, 6 and 9 run after steps 4, 6 and 10 (10 is the epoch end).
+    assert local_sgd.rounds == 3
+
+
+def test_a_warm_start_that_ends_inside_an_execution_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"warm_start_steps=3\) needs a multiple of the "
+                                         r"model's steps_per_execution \(2\)"):
+        _fit(hk.LocalSGD(n_sync=4, warm_start_steps=3), 2)

@@ -1,0 +1,71 @@
+"""Progress counted in examples: epochs, fit phases and checkpoints across worker counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from hvdtrain.progress import (FitPhase, TrainingProgress, epoch_length, executed_steps,
+                               fit_phases, steps_to_epoch_end)
+from hvdtrain.training.checkpoints import SavedProgress
+
+
+def test_epochs_of_a_multiple_of_the_global_batch_go_in_one_fit():
+    assert fit_phases(0, 640, 3, 64) == [FitPhase(0, 3, 10)]
+    assert fit_phases(1920, 640, 3, 64) == []
+
+
+def test_resume_mid_epoch_runs_the_rest_of_that_epoch_first():
+    assert fit_phases(13 * 64, 640, 3, 64) == [FitPhase(1, 2, 7), FitPhase(2, 3, 10)]
+
+
+def test_epochs_end_at_the_first_step_past_each_multiple_of_the_epoch_length():
+    # 60000 examples in global batches of 128: 468.75 steps per epoch.
+    phases = fit_phases(0, 60000, 4, 128)
+    steps = [p.steps for p in phases for _ in range(p.first_epoch, p.end_epoch)]
+    assert steps == [469, 469, 469, 468]
+    total = sum(steps) * 128
+    assert 0 <= total - 4 * 60000 < 128  # within one global batch of epochs × dataset
+
+
+def test_a_smaller_world_finishes_the_epoch_in_examples_not_in_steps():
+    # Two workers of 32 stopped at step 500 of 468-step epochs (60000 examples each):
+    # 32000 examples, epoch 1 of 2. One worker goes on with global batch 32.
+    progress = TrainingProgress(epoch_examples=60000, examples=500 * 64, steps=500)
+    assert progress.epoch == 0
+    assert steps_to_epoch_end(progress.examples, 60000, 32) == 875
+    phases = fit_phases(progress.examples, 60000, 2, 32)
+    assert phases == [FitPhase(0, 1, 875), FitPhase(1, 2, 1875)]
+
+
+def test_epoch_length_is_the_dataset_or_the_cap_in_the_starting_global_batch():
+    assert epoch_length(60000, None, 128) == 60000
+    assert epoch_length(60000, 10, 128) == 1280
+    assert epoch_length(1000, 10, 128) == 1000     # the cap is a cap
+    assert epoch_length(None, 10, 128) == 1280     # endless data
+    with pytest.raises(ValueError):
+        epoch_length(None, None, 128)
+
+
+def test_progress_advances_steps_and_examples_and_knows_its_epoch():
+    progress = TrainingProgress(epoch_examples=100)
+    progress.advance(3, 32)
+    assert (progress.steps, progress.examples, progress.epoch) == (3, 96, 0)
+    progress.advance(1, 32)
+    assert progress.epoch == 1
+    assert progress.in_consensus  # synchronous training: always
+    progress.consensus_step = 2
+    assert not progress.in_consensus
+
+
+def test_one_batch_callback_covers_every_step_of_an_execution():
+    assert executed_steps(0, 0) == 1
+    assert executed_steps(4, 7) == 4
+
+
+def test_checkpoints_written_before_examples_were_counted_still_resume():
+    old = {"step": 23, "steps_per_epoch": 10, "workers": 2, "batch_size": 8, "sync_count": 4}
+    saved = SavedProgress.from_json(old)
+    assert saved.progress == TrainingProgress(epoch_examples=160, examples=368, steps=23,
+                                              averaging_rounds=4)
+    assert (saved.workers, saved.batch_size, saved.progress.epoch) == (2, 8, 2)
+    assert SavedProgress.from_json(saved.to_json()) == saved
