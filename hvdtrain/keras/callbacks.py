@@ -55,7 +55,6 @@ class AverageModelStatistics(keras.callbacks.Callback):
         super().__init__()
         self.progress = progress
         self.averager: ModelStateAverager | None = None
-        self._traced_for: tuple[int, int] | None = None
         self._pending = False
 
     # No outer optimizer in sync mode: nothing beyond the model for a checkpoint to keep.
@@ -67,12 +66,7 @@ class AverageModelStatistics(keras.callbacks.Callback):
         return self.averager
 
     def on_train_begin(self, logs=None):
-        averager = self.attach(self.model)
-        # The rank is baked into a traced round: trace again after the workers changed.
-        world = (comm.rank(), comm.size())
-        if self._traced_for not in (None, world):
-            averager.retrace()
-        self._traced_for = world
+        self.attach(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
         self._pending = True

@@ -88,7 +88,6 @@ class LocalSGD(keras.callbacks.Callback):
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress()
         self.averager: ModelStateAverager | None = None
-        self._traced_for: tuple[int, int] | None = None
         self._begin = 0
         self._epoch_distances: list[float] = []
 
@@ -128,21 +127,12 @@ class LocalSGD(keras.callbacks.Callback):
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
         self.progress.steps = int(optimizer.iterations.numpy())
         self.progress.consensus_step = self.progress.steps
-        self._trace(averager)
-        if has_gradient_averaging(optimizer):
-            optimizer.averaging_enabled.assign(
-                averages_gradients and self.progress.steps < self.warm_start_steps)
-
-    def _trace(self, averager: ModelStateAverager) -> None:
-        # The rank is baked into the traced round: trace again when the workers changed
-        # (an elastic job), and not on every fit, since tracing a large model takes seconds.
-        world = (comm.rank(), comm.size())
-        if self._traced_for not in (None, world):
-            averager.retrace()
-        self._traced_for = world
         averager.trace(apply_outer=True)
         if self.progress.steps < self.warm_start_steps:
             averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
+        if has_gradient_averaging(optimizer):
+            optimizer.averaging_enabled.assign(
+                averages_gradients and self.progress.steps < self.warm_start_steps)
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch

@@ -167,7 +167,8 @@ class ModelStateAverager:
         self._moments = [(position[id(mean)], position[id(var)])
                          for mean, var in batch_norm_statistics(model)
                          if id(mean) in position and id(var) in position]
-        self._average_fn = tf.function(self._average)
+        self._average_fn = None
+        self._traced_for: tuple[int, int] | None = None
 
     @property
     def variables(self) -> list[tf.Variable]:
@@ -178,15 +179,20 @@ class ModelStateAverager:
         """Bytes one worker hands to allreduce per round."""
         return variable_bytes(self.variables, self.fp16_allreduce)
 
-    def retrace(self) -> None:
-        """Trace the averaging step again, e.g. after the number of workers changed."""
-        self._average_fn = tf.function(self._average)
+    def _round_fn(self):
+        """The traced round for the current workers. The rank and the number of workers
+        are baked into the graph, so an elastic job that resized gets a new one."""
+        world = (comm.rank(), comm.size())
+        if self._traced_for != world:
+            self._average_fn = tf.function(self._average)
+            self._traced_for = world
+        return self._average_fn
 
     def trace(self, apply_outer: bool = True, take_chief: bool = False) -> None:
         """Build the averaging graph now, without running it, so the first round does not
         stall training for the seconds that tracing a large model takes."""
         if self.variables:
-            self._average_fn.get_concrete_function(
+            self._round_fn().get_concrete_function(
                 tf.TensorSpec([], tf.float32), apply_outer and self.outer is not None, take_chief)
 
     def reset_anchor(self) -> None:
@@ -209,7 +215,7 @@ class ModelStateAverager:
             return 0.0
         # Floor the rate: SlowMo divides by it, and a cosine schedule reaches 0.
         inner_lr = tf.maximum(current_learning_rate(self.model.optimizer), 1e-12)
-        distance = self._average_fn(inner_lr, apply_outer and self.outer is not None, take_chief)
+        distance = self._round_fn()(inner_lr, apply_outer and self.outer is not None, take_chief)
         return float(distance)
 
     def _average(self, inner_lr, apply_outer: bool, take_chief: bool):
