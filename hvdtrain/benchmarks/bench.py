@@ -9,6 +9,7 @@ import sys
 import time
 
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job
+from hvdtrain.benchmarks.links import check_can_shape, parse_rate, shaped_command
 from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
 from hvdtrain.config import load_config, parse_choice_list, parse_int_list, parse_shape
 from hvdtrain.config_options import add_config_options
@@ -77,6 +78,11 @@ def add_parser(commands) -> None:
                         help="measure every setup this many times, taking turns; rates are then "
                              "the mean and the 95%% intervals come from the spread between "
                              "repeats (default: 1)")
+    parser.add_argument("--link-rate", default=None, metavar="RATE",
+                        help="run each job in a private network namespace whose loopback is "
+                             "shaped to RATE (tc units: 10gbit, 1gbit, 100mbit), to emulate "
+                             "links between nodes, zones or regions; needs root "
+                             "(default: the unshaped loopback)")
     parser.add_argument("--out", default=None,
                         help="folder for bench.json, bench.csv and job logs "
                              "(default: runs/bench-<time>-<model>)")
@@ -87,12 +93,6 @@ def _setups(args, cfg) -> list[dict]:
     if min(args.steps, args.warmup_steps, args.window, args.repeats) <= 0:
         raise ConfigError(f"--steps, --warmup-steps, --window and --repeats must be positive, got "
                           f"{args.steps}, {args.warmup_steps}, {args.window} and {args.repeats}")
-    # The registry imports TensorFlow; its start-up notices belong in the jobs' logs, not here.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from hvdtrain.models import model_names
-
-    if cfg.model not in model_names():
-        raise ConfigError(f"--model must be one of {', '.join(model_names())}, got {cfg.model!r}")
     shape = args.synthetic_shape or DEFAULT_SHAPES.get(cfg.model, "224x224x3")
     parse_shape(shape)
     common = dict(model=cfg.model, batch_size=cfg.batch_size, shape=shape, steps=args.steps,
@@ -112,9 +112,13 @@ def run(args: argparse.Namespace) -> int:
     setups = _setups(args, cfg)
     workers = parse_int_list(args.workers, "--workers") if args.workers else None
     if "HOROVOD_RANK" in os.environ:
+        if args.link_rate:
+            raise ConfigError("--link-rate starts its own jobs: run hvdtrain bench without "
+                              "horovodrun around it")
         return _measure_this_job(args, setups, workers)
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
+    _check_link_rate(args)
     out = args.out or _default_out(cfg.model)
     os.makedirs(out, exist_ok=True)
     plan_path = os.path.join(out, "plan.json")
@@ -126,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
         log_path = os.path.join(out, f"bench-w{count}.log")
         print(f"hvdtrain: benchmarking {cfg.model} on {count} worker(s); log: {log_path}", flush=True)
         command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", plan_path, results_path]
-        result = run_job(horovodrun_command(count, command, args.hostfile), log_path)
+        command = horovodrun_command(count, command, args.hostfile)
+        if args.link_rate:
+            command = shaped_command(command, args.link_rate)
+        result = run_job(command, log_path)
         if result.returncode != 0 or not os.path.exists(results_path):
             raise HvdtrainError(f"the {count}-worker benchmark job failed (exit "
                                 f"{result.returncode}); see {log_path}")
@@ -134,8 +141,18 @@ def run(args: argparse.Namespace) -> int:
             results = json.load(fh)
         rows += results["rows"]
         host = results["machine"]
-    _report(rows, host, out)
+    _report(rows, host, out, args.link_rate)
     return 0
+
+
+def _check_link_rate(args) -> None:
+    if not args.link_rate:
+        return
+    parse_rate(args.link_rate)
+    if args.hostfile:
+        raise ConfigError("--link-rate shapes this machine's loopback; it cannot emulate links "
+                          f"to the hosts of --hostfile {args.hostfile}")
+    check_can_shape(args.link_rate)
 
 
 def _default_out(model: str) -> str:
@@ -164,7 +181,7 @@ CSV_COLUMNS = ("model", "label", "mode", "n_sync", "workers", "batch_per_worker"
                "seconds_per_exchange", "timed_steps", "repeats", "parameters")
 
 
-def _report(rows: list[dict], host: dict, out: str) -> None:
+def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None) -> None:
     """Scaling columns, then bench.json, bench.csv and a table on stdout."""
     from hvdtrain.files import write_csv, write_json
 
@@ -172,9 +189,12 @@ def _report(rows: list[dict], host: dict, out: str) -> None:
     overhead = overhead_against_reference(rows)
     write_json(os.path.join(out, "bench.json"), {
         "command": ["hvdtrain", *sys.argv[1:]], "machine": host, "rows": rows,
+        # None: the unshaped loopback of one machine (several GB/s).
+        "link_rate": link_rate,
         "horovod_reference_over_sync": {str(k): {"overhead": v, "ci95": ci}
                                         for k, (v, ci) in overhead.items()}})
     write_csv(os.path.join(out, "bench.csv"), rows, CSV_COLUMNS)
+    print(f"link: {link_rate or 'unshaped loopback'}")
     print(format_table(rows))
     for count, (ratio, ci) in overhead.items():
         print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} ± {ci:.1%} "

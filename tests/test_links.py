@@ -1,0 +1,92 @@
+"""Emulated network links: rates in tc's units, the shaped namespace, and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from hvdtrain.benchmarks.links import burst_bytes, check_can_shape, parse_rate, shaped_command
+from hvdtrain.errors import ConfigError
+
+BIN = os.path.dirname(sys.executable)
+
+
+def _can_shape() -> str | None:
+    """Why this machine cannot shape a link, or None."""
+    try:
+        check_can_shape("1gbit")
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+needs_shaping = pytest.mark.skipif(_can_shape() is not None,
+                                   reason=f"cannot shape links here: {_can_shape()}")
+
+
+@pytest.mark.parametrize("text, bits", [
+    ("10gbit", 10 * 10**9), ("1gbit", 10**9), ("100mbit", 10**8), ("2.5gbit", 25 * 10**8),
+    ("500kbit", 5 * 10**5), (" 25Gbit ", 25 * 10**9),
+])
+def test_rates_use_tcs_decimal_units(text, bits):
+    assert parse_rate(text) == bits
+
+
+@pytest.mark.parametrize("text", ["1gb", "fast", "0mbit", "-1gbit", "1 gbps", ""])
+def test_a_bad_rate_is_one_line_naming_it(text):
+    with pytest.raises(ConfigError, match=r"--link-rate must be a rate in tc's units .* got"):
+        parse_rate(text)
+
+
+def test_the_bucket_holds_at_least_a_megabyte_or_ten_milliseconds_of_traffic():
+    assert burst_bytes(10**8) == 1 << 20
+    assert burst_bytes(10 * 10**9) == 12_500_000
+
+
+@needs_shaping
+def test_a_shaped_command_runs_alone_with_a_shaped_loopback():
+    shown = subprocess.run(shaped_command(["sh", "-c", "ip -o link; tc qdisc show dev lo"],
+                                          "100mbit"), capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    links = [line for line in shown.stdout.splitlines() if ": <" in line]
+    assert len(links) == 1 and links[0].split(":")[1].strip() == "lo"  # a private namespace
+    assert "qdisc tbf" in shown.stdout and "rate 100Mbit" in shown.stdout
+    # The machine's own loopback is untouched.
+    outside = subprocess.run(["tc", "qdisc", "show", "dev", "lo"], capture_output=True, text=True)
+    assert "rate 100Mbit" not in outside.stdout
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) not installed")
+def test_without_the_privilege_to_shape_bench_stops_with_one_line(tmp_path):
+    # Dropped from the bounding set, the capabilities are gone after exec, even for root.
+    result = subprocess.run(
+        ["setpriv", "--bounding-set=-sys_admin,-net_admin", os.path.join(BIN, "hvdtrain"),
+         "bench", "--link-rate", "1gbit", "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"]))
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hvdtrain: error: --link-rate 1gbit needs root")
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.multiprocess
+@needs_shaping
+def test_a_short_bench_job_runs_over_a_shaped_link(tmp_path):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [os.path.join(BIN, "hvdtrain"), "bench", "--model", "lenet", "--workers", "2",
+         "--modes", "sync,local", "--n-sync", "2", "--steps", "4", "--warmup-steps", "2",
+         "--window", "2", "--link-rate", "1gbit", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"]))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "bench.json").read_text())
+    assert report["link_rate"] == "1gbit"
+    assert [(r["workers"], r["label"]) for r in report["rows"]] == [(2, "sync"), (2, "local, n_sync 2")]
+    assert "link: 1gbit" in result.stdout
