@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from hvdtrain import __version__
-from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves
+from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves, predict
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_bench.add_parser(commands)
     experiments.add_parser(commands)
     learning_curves.add_parser(commands)
+    predict.add_parser(commands)
     return parser
 
 

@@ -9,7 +9,7 @@ import sys
 import time
 
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job
-from hvdtrain.benchmarks.links import check_can_shape, parse_rate, shaped_command
+from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
 from hvdtrain.config import load_config, parse_choice_list, parse_int_list, parse_shape
 from hvdtrain.config_options import add_config_options
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         return _measure_this_job(args, setups, workers)
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
-    _check_link_rate(args)
+    check_link_options(args.link_rate, args.hostfile)
     out = args.out or _default_out(cfg.model)
     os.makedirs(out, exist_ok=True)
     plan_path = os.path.join(out, "plan.json")
@@ -130,10 +130,8 @@ def run(args: argparse.Namespace) -> int:
         log_path = os.path.join(out, f"bench-w{count}.log")
         print(f"hvdtrain: benchmarking {cfg.model} on {count} worker(s); log: {log_path}", flush=True)
         command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", plan_path, results_path]
-        command = horovodrun_command(count, command, args.hostfile)
-        if args.link_rate:
-            command = shaped_command(command, args.link_rate)
-        result = run_job(command, log_path)
+        result = run_job(over_link(horovodrun_command(count, command, args.hostfile),
+                                   args.link_rate), log_path)
         if result.returncode != 0 or not os.path.exists(results_path):
             raise HvdtrainError(f"the {count}-worker benchmark job failed (exit "
                                 f"{result.returncode}); see {log_path}")
@@ -143,16 +141,6 @@ def run(args: argparse.Namespace) -> int:
         host = results["machine"]
     _report(rows, host, out, args.link_rate)
     return 0
-
-
-def _check_link_rate(args) -> None:
-    if not args.link_rate:
-        return
-    parse_rate(args.link_rate)
-    if args.hostfile:
-        raise ConfigError("--link-rate shapes this machine's loopback; it cannot emulate links "
-                          f"to the hosts of --hostfile {args.hostfile}")
-    check_can_shape(args.link_rate)
 
 
 def _default_out(model: str) -> str:

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
+from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
 from hvdtrain.config import TrainConfig, load_config, parse_choice_list, parse_int_list
@@ -85,6 +86,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--hostfile", default=None,
                         help="horovodrun hostfile; a K-worker run takes its first K slots "
                              "(default: all workers on this machine)")
+    parser.add_argument("--link-rate", default=None, metavar="RATE",
+                        help="train every run over an emulated link: a private network namespace "
+                             "whose loopback is shaped to RATE (tc units: 10gbit, 1gbit, "
+                             "100mbit); needs root (default: the unshaped loopback)")
     parser.add_argument("--config", metavar="FILE.yaml", default=None,
                         help="training options shared by every run; the options below override it")
     add_config_options(parser, BASE_OPTIONS)
@@ -123,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
                           f"got {args.warm_start_steps}")
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
+    check_link_options(args.link_rate, args.hostfile)
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     base_path = os.path.join(args.out, "base.yaml")
     files.atomic_write(base_path, base.save_yaml)
@@ -136,13 +142,15 @@ def run(args: argparse.Namespace) -> int:
                   flush=True)
             command = [tool("hvdtrain"), "train", "--config", base_path,
                        *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
-            result = run_job(horovodrun_command(grid_run.workers, command, args.hostfile), log_path)
+            result = run_job(over_link(horovodrun_command(grid_run.workers, command,
+                                                          args.hostfile), args.link_rate), log_path)
             if result.returncode != 0:
                 raise _failure(grid_run, result.returncode, log_path)
         rows.append(_row(grid_run, run_dir, args.window))
 
     files.write_json(os.path.join(args.out, "sweep.json"),
                           {"base_config": base.to_dict(), "window": args.window,
+                           "link_rate": args.link_rate,
                            "warm_start_steps": args.warm_start_steps, "runs": rows})
     files.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
     plot_runs([os.path.join(args.out, "runs", r.name) for r in runs], args.out, args.window)

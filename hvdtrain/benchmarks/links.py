@@ -66,3 +66,19 @@ def check_can_shape(rate: str) -> None:
         reason = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
         raise ConfigError(f"--link-rate {rate} needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to "
                           f"make and shape a private network namespace: {reason}")
+
+
+def check_link_options(rate: str | None, hostfile: str | None) -> None:
+    """What a driver (bench, sweep) checks before it starts jobs over an emulated link."""
+    if not rate:
+        return
+    parse_rate(rate)
+    if hostfile:
+        raise ConfigError("--link-rate shapes this machine's loopback; it cannot emulate links "
+                          f"to the hosts of --hostfile {hostfile}")
+    check_can_shape(rate)
+
+
+def over_link(command: list[str], rate: str | None) -> list[str]:
+    """`command` over an emulated link of `rate`, or as it is without one."""
+    return shaped_command(command, rate) if rate else list(command)

@@ -1,0 +1,166 @@
+"""`hvdtrain predict`: images/sec on other clusters, from one bench measurement.
+
+The bench gives the compute time of a step (its independent rows) and the bytes each
+mode allreduces; `hvdtrain.costmodel` adds ring allreduce over the links asked for.
+`--check` holds the model against benches run over emulated links: it predicts each
+of their rows and prints measured against predicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from hvdtrain import files
+from hvdtrain.benchmarks.links import parse_rate
+from hvdtrain.config import DEFAULT_BUCKET_MB, parse_int_list
+from hvdtrain.costmodel import Link, Workload, predict
+from hvdtrain.errors import ConfigError
+
+EXAMPLE = """\
+example:
+  hvdtrain predict runs/bench/bench.json --workers 4,8,64,512 --link-rate 10gbit,25gbit,100gbit
+  hvdtrain predict runs/bench/bench.json --check runs/bench-1gbit/bench.json
+"""
+COLUMNS = ("model", "mode", "n_sync", "workers", "link_rate", "images_per_sec", "efficiency",
+           "communication_share")
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "predict", help="predict images/sec for other worker counts and links (cost model)",
+        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bench_json", help="bench.json of `hvdtrain bench` with an independent row")
+    parser.add_argument("--workers", default="2,4,8,64,512", help="worker counts (default: 2,4,8,64,512)")
+    parser.add_argument("--link-rate", default="10gbit,25gbit,100gbit",
+                        help="link rates in tc units (default: 10gbit,25gbit,100gbit)")
+    parser.add_argument("--latency", type=float, default=50.0,
+                        help="microseconds per allreduce message (default: 50)")
+    parser.add_argument("--workers-per-link", type=int, default=1,
+                        help="workers whose traffic shares one link (default: 1, a NIC each)")
+    parser.add_argument("--overlap", type=float, default=0.0,
+                        help="share of a sync step that can hide gradient communication behind "
+                             "back-propagation (default: 0, as measured on this CPU)")
+    parser.add_argument("--check", nargs="*", default=[], metavar="BENCH_JSON",
+                        help="benches run with --link-rate: predict their rows and compare")
+    parser.add_argument("--out", default=None,
+                        help="folder for predict.json, predict.csv and predict.png "
+                             "(default: the folder of BENCH_JSON)")
+    parser.set_defaults(handler=run)
+
+
+def workload(bench: dict, overlap: float) -> Workload:
+    """The step of the bench's model: compute from its independent rows, bytes per mode."""
+    rows = bench["rows"]
+    alone = [r for r in rows if r["mode"] == "independent"]
+    if not alone:
+        raise ConfigError("predict needs a bench with an independent row (--modes ...,independent)")
+    compute = sum(r["step_seconds"] for r in alone) / len(alone)
+    first = rows[0]
+    gradient = first["parameters"] * (2 if first.get("fp16_allreduce") else 4)
+    state = next((r["bytes_per_step"] * r["n_sync"] for r in rows
+                  if r["mode"] == "local" and r["workers"] > 1), gradient)
+    return Workload(compute, gradient, state, first["batch_per_worker"],
+                    bucket_bytes=first.get("bucket_mb", DEFAULT_BUCKET_MB) * 1e6, overlap=overlap)
+
+
+def _setups(bench: dict) -> list[tuple[str, int]]:
+    """(mode, n_sync) of the bench's rows; the bare-Horovod reference counts as sync."""
+    found = {("sync" if r["mode"] == "horovod" else r["mode"], r["n_sync"] or 1): None
+             for r in bench["rows"]}
+    return list(found)
+
+
+def predictions(bench: dict, work: Workload, workers: list[int], rates: list[str],
+                latency: float, per_link: int) -> list[dict]:
+    rows = []
+    for rate in rates:
+        link = Link(parse_rate(rate), latency, per_link)
+        for mode, n_sync in _setups(bench):
+            for count in workers:
+                p = predict(work, mode, count, link, n_sync)
+                rows.append({"model": bench["rows"][0]["model"], "mode": mode, "n_sync": n_sync,
+                             "workers": count, "link_rate": rate, **vars(p)})
+    return rows
+
+
+def checks(work: Workload, shaped: dict, latency: float) -> list[dict]:
+    """Each row of a bench over an emulated link, measured and predicted. The emulated
+    loopback carries every worker's traffic, so all of them share its rate."""
+    rate = shaped.get("link_rate")
+    if not rate:
+        raise ConfigError("--check takes benches run with --link-rate; this one has no link_rate")
+    out = []
+    for row in shaped["rows"]:
+        mode = "sync" if row["mode"] == "horovod" else row["mode"]
+        link = Link(parse_rate(rate), latency, row["workers"])
+        p = predict(work, mode, row["workers"], link, row["n_sync"] or 1)
+        measured = row["total_images_per_sec"]
+        out.append({"link_rate": rate, "label": row["label"], "workers": row["workers"],
+                    "measured": measured, "measured_ci95": row["total_ci95"],
+                    "predicted": p.images_per_sec, "error": p.images_per_sec / measured - 1})
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.bench_json):
+        raise ConfigError(f"bench file not found: {args.bench_json}")
+    if args.latency < 0 or args.workers_per_link <= 0 or not 0 <= args.overlap <= 1:
+        raise ConfigError(f"--latency must be >= 0, --workers-per-link > 0 and --overlap in [0, 1]; "
+                          f"got {args.latency}, {args.workers_per_link} and {args.overlap}")
+    bench = files.read_json(args.bench_json)
+    work = workload(bench, args.overlap)
+    rates = [r.strip() for r in args.link_rate.split(",")]
+    for rate in rates:
+        parse_rate(rate)
+    rows = predictions(bench, work, parse_int_list(args.workers, "--workers"), rates,
+                       args.latency * 1e-6, args.workers_per_link)
+    checked = [c for path in args.check for c in checks(work, files.read_json(path),
+                                                        args.latency * 1e-6)]
+    out = args.out or os.path.dirname(os.path.abspath(args.bench_json))
+    os.makedirs(out, exist_ok=True)
+    files.write_json(os.path.join(out, "predict.json"), {
+        "bench": args.bench_json, "workload": vars(work), "latency_us": args.latency,
+        "workers_per_link": args.workers_per_link, "rows": rows, "checks": checked})
+    files.write_csv(os.path.join(out, "predict.csv"), rows, COLUMNS)
+    _plot(rows, os.path.join(out, "predict.png"))
+    print(format_tables(rows, checked))
+    print(f"hvdtrain: wrote predict.json, predict.csv and predict.png in {out}", flush=True)
+    return 0
+
+
+def format_tables(rows: list[dict], checked: list[dict]) -> str:
+    lines = ["| link | mode | workers | images/sec | efficiency | comm. share |", "|" + "---|" * 6]
+    for r in rows:
+        mode = r["mode"] + (f" n_sync {r['n_sync']}" if r["mode"] == "local" else "")
+        lines.append(f"| {r['link_rate']} | {mode} | {r['workers']} | {r['images_per_sec']:.1f} | "
+                     f"{r['efficiency']:.0%} | {r['communication_share']:.0%} |")
+    if checked:
+        lines += ["", "| link | setup | workers | measured | predicted | error |", "|" + "---|" * 6]
+        lines += [f"| {c['link_rate']} | {c['label']} | {c['workers']} | {c['measured']:.1f} ± "
+                  f"{c['measured_ci95']:.1f} | {c['predicted']:.1f} | {c['error']:+.1%} |"
+                  for c in checked]
+    return "\n".join(lines)
+
+
+def _plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    lines: dict[tuple, list[dict]] = {}
+    for r in rows:
+        lines.setdefault((r["link_rate"], r["mode"], r["n_sync"]), []).append(r)
+    for (rate, mode, n_sync), points in lines.items():
+        label = f"{mode}{f' n_sync {n_sync}' if mode == 'local' else ''}, {rate}"
+        ax.plot([p["workers"] for p in points], [p["images_per_sec"] for p in points],
+                marker="o", label=label)
+    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="images/sec (all workers)",
+           title=f"{rows[0]['model']}: predicted throughput")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    files.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)

@@ -1,0 +1,100 @@
+"""The ring-allreduce cost model: known cases, and the predict command on a bench file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hvdtrain.cli import main
+from hvdtrain.costmodel import Link, Workload, predict, ring_allreduce_seconds, step_seconds
+
+GBIT = 10**9
+
+
+def test_two_workers_sharing_one_gigabit_link_send_the_payload_twice():
+    # Issue 17's measurement: one exchange of AlexNet-64's 80.8 MB took 1.39 s at 1 Gbit/s.
+    link = Link(GBIT, latency=0.0, workers_per_link=2)
+    assert ring_allreduce_seconds(80.8e6, 2, link) == pytest.approx(80.8e6 * 8 / GBIT * 2)
+
+
+def test_a_ring_sends_two_n_minus_one_over_n_of_the_payload_in_two_n_minus_one_messages():
+    link = Link(8e9, latency=1e-5)  # one gigabyte per second
+    assert ring_allreduce_seconds(1e9, 4, link) == pytest.approx(6 * 1e-5 + 1.5)
+    # Many workers: bandwidth cost tends to twice the payload, latency grows linearly.
+    assert ring_allreduce_seconds(1e9, 512, Link(8e9, 0.0)) == pytest.approx(2 * 511 / 512)
+    assert ring_allreduce_seconds(1e9, 1, link) == 0.0
+
+
+def test_local_sgd_pays_one_exchange_every_n_sync_steps():
+    work = Workload(compute_seconds=1.0, gradient_bytes=1e9, state_bytes=1e9, batch_per_worker=32)
+    link = Link(8e9, latency=0.0)
+    exchange = ring_allreduce_seconds(1e9, 2, link)
+    assert step_seconds(work, "local", 2, link, n_sync=10) == pytest.approx(1.0 + exchange / 10)
+    assert step_seconds(work, "independent", 2, link) == 1.0
+    assert step_seconds(work, "sync", 2, link) == pytest.approx(1.0 + exchange)
+
+
+def test_sync_hides_communication_behind_back_propagation_but_not_the_last_bucket():
+    link = Link(8e9, latency=0.0)  # 1e9 bytes on 2 workers: 1 s
+    hidden = Workload(1.0, 1e9, 1e9, 32, bucket_bytes=1e8, overlap=0.6)
+    # 1 s of communication, 0.6 s of it behind the step; at least the last 0.1 s shows.
+    assert step_seconds(hidden, "sync", 2, link) == pytest.approx(1.4)
+    fully = Workload(10.0, 1e9, 1e9, 32, bucket_bytes=1e8, overlap=0.6)
+    assert step_seconds(fully, "sync", 2, link) == pytest.approx(10.1)
+
+
+def test_prediction_reports_images_efficiency_and_communication_share():
+    work = Workload(0.5, 1e9, 1e9, 64)
+    p = predict(work, "sync", 4, Link(8e9, latency=0.0))
+    assert p.images_per_sec == pytest.approx(4 * 64 / 2.0)
+    assert (p.efficiency, p.communication_share) == pytest.approx((0.25, 0.75))
+
+
+def _bench(tmp_path, link_rate=None):
+    rows = [dict(model="alexnet", mode=mode, label=label, n_sync=n, workers=2, step_seconds=s,
+                 bytes_per_step=b, parameters=1_000_000, batch_per_worker=32, bucket_mb=25.0,
+                 fp16_allreduce=False, total_images_per_sec=64 / s, total_ci95=1.0)
+            for mode, label, n, s, b in (("sync", "sync", None, 0.6, 4e6),
+                                         ("local", "local, n_sync 10", 10, 0.45, 4e5),
+                                         ("independent", "independent", None, 0.4, 0.0))]
+    path = tmp_path / f"bench-{link_rate}.json"
+    path.write_text(json.dumps({"rows": rows, "link_rate": link_rate}))
+    return str(path)
+
+
+def test_predict_writes_tables_and_a_plot_from_a_bench_file(tmp_path, capsys):
+    out = tmp_path / "predict"
+    assert main(["predict", _bench(tmp_path), "--workers", "2,8", "--link-rate", "1gbit",
+                 "--latency", "0", "--out", str(out)]) == 0
+    report = json.loads((out / "predict.json").read_text())
+    rows = {(r["mode"], r["workers"]): r for r in report["rows"]}
+    assert set(rows) == {(m, w) for m in ("sync", "local", "independent") for w in (2, 8)}
+    # 4 MB of gradients on 2 workers at 1 Gbit/s: 32 ms after 0.4 s of compute.
+    assert rows[("sync", 2)]["images_per_sec"] == pytest.approx(64 / (0.4 + 4e6 * 8 / GBIT))
+    assert rows[("independent", 8)]["images_per_sec"] == pytest.approx(8 * 32 / 0.4)
+    assert (out / "predict.png").stat().st_size > 1000 and (out / "predict.csv").exists()
+    assert "| 1gbit | local n_sync 10 | 8 |" in capsys.readouterr().out
+
+
+def test_checks_compare_emulated_benches_with_the_shared_link_prediction(tmp_path, capsys):
+    assert main(["predict", _bench(tmp_path), "--check", _bench(tmp_path, "100mbit"),
+                 "--latency", "0", "--out", str(tmp_path / "p")]) == 0
+    checks = json.loads((tmp_path / "p" / "predict.json").read_text())["checks"]
+    sync = next(c for c in checks if c["label"] == "sync")
+    predicted = 64 / (0.4 + 4e6 * 8 / 1e8 * 2)  # both workers' traffic on one 100 Mbit link
+    assert sync["predicted"] == pytest.approx(predicted)
+    assert sync["error"] == pytest.approx(predicted / (64 / 0.6) - 1)
+
+
+def test_a_bench_without_independent_workers_or_link_is_refused_in_one_line(tmp_path, capsys):
+    bench = json.loads(open(_bench(tmp_path)).read())
+    bench["rows"] = bench["rows"][:2]
+    path = tmp_path / "no-independent.json"
+    path.write_text(json.dumps(bench))
+    assert main(["predict", str(path)]) != 0
+    assert main(["predict", _bench(tmp_path), "--check", _bench(tmp_path)]) != 0
+    errors = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert errors == [
+        "hvdtrain: error: predict needs a bench with an independent row (--modes ...,independent)",
+        "hvdtrain: error: --check takes benches run with --link-rate; this one has no link_rate"]
