@@ -41,7 +41,8 @@ def add_parser(commands) -> None:
                         help="workers whose traffic shares one link (default: 1, a NIC each)")
     parser.add_argument("--overlap", type=float, default=0.0,
                         help="share of a sync step that can hide gradient communication behind "
-                             "back-propagation (default: 0, as measured on this CPU)")
+                             "back-propagation (default: 0, none: on a 2-core CPU compute and "
+                             "allreduce compete for the cores; see BENCHMARKS.md)")
     parser.add_argument("--check", nargs="*", default=[], metavar="BENCH_JSON",
                         help="benches run with --link-rate: predict their rows and compare")
     parser.add_argument("--out", default=None,
