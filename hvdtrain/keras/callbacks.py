@@ -74,8 +74,8 @@ class AverageModelStatistics(keras.callbacks.Callback):
     def _average_pending(self):
         if self._pending and self.averager is not None and self.averager.variables:
             self.averager.average()
-            if self.progress is not None and comm.size() > 1:
-                self.progress.state_bytes += self.averager.payload_bytes
+            if self.progress is not None:
+                self.progress.state_bytes += self.averager.bytes_per_round
         self._pending = False
 
     def on_test_begin(self, logs=None):

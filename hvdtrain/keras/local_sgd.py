@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import keras
 
-from hvdtrain import comm
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
@@ -157,8 +156,7 @@ class LocalSGD(keras.callbacks.Callback):
         if not warm_start:
             self._epoch_distances.append(distance)
         self.progress.averaging_rounds += 1
-        if comm.size() > 1:
-            self.progress.state_bytes += self.averager.payload_bytes
+        self.progress.state_bytes += self.averager.bytes_per_round
         self.progress.consensus_step = self.progress.steps
 
     def _sync_pending(self) -> None:

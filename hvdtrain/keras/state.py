@@ -179,6 +179,11 @@ class ModelStateAverager:
         """Bytes one worker hands to allreduce per round."""
         return variable_bytes(self.variables, self.fp16_allreduce)
 
+    @property
+    def bytes_per_round(self) -> int:
+        """What a round hands to allreduce now: nothing with one worker, where it is skipped."""
+        return self.payload_bytes if comm.size() > 1 else 0
+
     def _round_fn(self):
         """The traced round for the current workers. The rank and the number of workers
         are baked into the graph, so an elastic job that resized gets a new one."""
