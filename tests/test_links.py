@@ -43,9 +43,10 @@ def test_a_bad_rate_is_one_line_naming_it(text):
         parse_rate(text)
 
 
-def test_the_bucket_holds_at_least_a_megabyte_or_ten_milliseconds_of_traffic():
-    assert burst_bytes(10**8) == 1 << 20
-    assert burst_bytes(10 * 10**9) == 12_500_000
+def test_the_bucket_holds_one_millisecond_of_traffic_and_at_least_two_frames():
+    assert burst_bytes(10**8) == 18_000            # two jumbo frames, not 1 ms (12.5 KB)
+    assert burst_bytes(10**9) == 125_000
+    assert burst_bytes(10 * 10**9) == 1_250_000
 
 
 @needs_shaping
@@ -56,6 +57,7 @@ def test_a_shaped_command_runs_alone_with_a_shaped_loopback():
     links = [line for line in shown.stdout.splitlines() if ": <" in line]
     assert len(links) == 1 and links[0].split(":")[1].strip() == "lo"  # a private namespace
     assert "qdisc tbf" in shown.stdout and "rate 100Mbit" in shown.stdout
+    assert "mtu 9000" in links[0]
     # The machine's own loopback is untouched.
     outside = subprocess.run(["tc", "qdisc", "show", "dev", "lo"], capture_output=True, text=True)
     assert "rate 100Mbit" not in outside.stdout
