@@ -24,7 +24,8 @@ OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 WARM_STARTS = ("sync", "single")
 # The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here
 # so a typo is caught before TensorFlow is imported (tests check they match the registries).
-DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic")
+DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic",
+            "synthetic-device")
 MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet20", "resnet32",
           "resnet56")
 # Like PyTorch DDP's default bucket: large enough to amortise a round trip, small enough
@@ -40,7 +41,10 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
 class TrainConfig:
     # What to train on.
     model: str = _opt("lenet", "model name from the registry (hvdtrain.models)", MODELS)
-    dataset: str = _opt("fashion-mnist", "dataset name", DATASETS)
+    dataset: str = _opt(
+        "fashion-mnist", "dataset name; synthetic is random images in host memory, "
+        "synthetic-device one random batch per worker made and kept on its device (no input "
+        "pipeline: benchmarks)", DATASETS)
     data_dir: str | None = _opt(
         None, "folder holding the dataset files (default: the dataset's standard path)")
     train_examples: int | None = _opt(

@@ -136,7 +136,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
             row["workers"] * row["per_worker_images_per_sec"])
         assert row["timed_steps"] == 12 and 0.0 <= row["communication_share"] <= 1.0
         assert row["repeats"] == 2 and len(row["repeat_images_per_sec"]) == 2
-        assert row["parameters"] == 61_706
+        assert row["parameters"] == 61_706 and row["data"] == "device"
     by = {(r["workers"], r["mode"]): r for r in rows}
     gradient_bytes = 61_706 * 4
     assert by[(2, "sync")]["bytes_per_step"] == by[(2, "horovod")]["bytes_per_step"] == gradient_bytes

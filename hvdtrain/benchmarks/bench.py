@@ -22,8 +22,10 @@ DEFAULT_SHAPES = {"lenet": "28x28x1", "resnet20": "32x32x3", "resnet32": "32x32x
                   "resnet56": "32x32x3"}
 
 DESCRIPTION = """\
-Training throughput of one model on random images held in memory, so only the
-model, the optimizer and the communication are measured. Every setup trains through
+Training throughput of one model on random images: by default one batch per worker,
+made once and kept on its device (as tf_cnn_benchmarks does; --host-data feeds them
+through an in-memory tf.data pipeline instead), so only the model, the optimizer and
+the communication are measured. Every setup trains through
 the same code as `hvdtrain train`; the first --warmup-steps steps are not timed.
 Reports images/sec per worker and in total (mean and 95% interval: over windows of
 --window steps, or over --repeats measurements taken in turn), the share of a step spent in allreduce (the exchange timed on its
@@ -83,6 +85,10 @@ def add_parser(commands) -> None:
                              "shaped to RATE (tc units: 10gbit, 1gbit, 100mbit), to emulate "
                              "links between nodes, zones or regions; needs root "
                              "(default: the unshaped loopback)")
+    parser.add_argument("--host-data", action="store_true",
+                        help="feed the synthetic images through an in-memory tf.data pipeline "
+                             "(default: one random batch per worker, made and kept on its "
+                             "device, so that no host-to-device copy is timed)")
     parser.add_argument("--out", default=None,
                         help="folder for bench.json, bench.csv and job logs "
                              "(default: runs/bench-<time>-<model>)")
@@ -98,7 +104,7 @@ def _setups(args, cfg) -> list[dict]:
     common = dict(model=cfg.model, batch_size=cfg.batch_size, shape=shape, steps=args.steps,
                   warmup_steps=args.warmup_steps, window=args.window, seed=cfg.seed, xla=cfg.xla,
                   mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce,
-                  bucket_mb=cfg.bucket_mb)
+                  bucket_mb=cfg.bucket_mb, data="host" if args.host_data else "device")
     setups = []
     for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode == "local" else [None]

@@ -10,9 +10,10 @@ averaging, and `BroadcastGlobalVariablesCallback` fails on Keras 3 variables. So
 every Horovod call here takes a tensor, and values are assigned back to variables.
 
 It is the one place outside `hvdtrain.comm` that imports Horovod, on purpose: it must
-be bare Horovod, with none of hvdtrain's machinery. It trains on the same in-memory
-synthetic input pipeline as `hvdtrain bench`, so the ratio of the two rates measures
-the training machinery alone (gradient averaging, callbacks, logs), not the input.
+be bare Horovod, with none of hvdtrain's machinery. It trains on the same synthetic
+input as `hvdtrain bench` (a batch kept on the device, or the in-memory pipeline), so
+the ratio of the two rates measures the training machinery alone (gradient averaging,
+callbacks, logs), not the input.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import horovod.tensorflow as hvd
 import keras
 import tensorflow as tf
 
-from hvdtrain.data import synthetic
+from hvdtrain.data import device_synthetic, synthetic
 from hvdtrain.models import build_model
 
 
@@ -70,10 +71,10 @@ def broadcast_initial_state(model: keras.Model) -> None:
 
 
 def train(model_name: str, shape: tuple[int, int, int], batch_size: int, steps: int, seed: int,
-          callbacks: list[keras.callbacks.Callback] = ()) -> keras.Model:
+          callbacks: list[keras.callbacks.Callback] = (), on_device: bool = True) -> keras.Model:
     """`steps` steps of SGD with momentum on every worker; returns the trained model."""
     hvd.init()
-    data = synthetic.load(shape, seed=seed)
+    data = (device_synthetic if on_device else synthetic).load(shape, seed=seed)
     keras.utils.set_random_seed(seed)
     built = build_model(model_name, data.input_shape, data.num_classes)
     # The same layers and weights, with the averaging training step.
@@ -83,6 +84,10 @@ def train(model_name: str, shape: tuple[int, int, int], batch_size: int, steps: 
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"], jit_compile=False)  # "auto" means XLA on a GPU
     broadcast_initial_state(model)
+    if on_device:
+        gpus = tf.config.list_logical_devices("GPU")
+        data.feed_from_device(model, batch_size, gpus[0].name if gpus else "/device:CPU:0",
+                              hvd.rank())
     model.fit(data.train(hvd.rank(), hvd.size(), batch_size, seed), epochs=1, steps_per_epoch=steps,
               callbacks=[AverageEpochMetrics(), *callbacks], verbose=0)
     return model

@@ -29,6 +29,7 @@ from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import ModelStateAverager, variable_bytes
 
 MODES = ("sync", "local", "independent", "horovod")
+DATASET_OF = {"device": "synthetic-device", "host": "synthetic"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Setup:
     mixed_precision: bool = False
     fp16_allreduce: bool = False
     bucket_mb: float = DEFAULT_BUCKET_MB
+    data: str = "device"   # one batch kept on the worker's device, or "host": a tf.data pipeline
 
     @property
     def label(self) -> str:
@@ -59,7 +61,7 @@ def _train_config(setup: Setup, total_steps: int, out: str):
     # Independent workers: local SGD whose first round would come after the last step.
     n_sync = setup.n_sync if setup.mode == "local" else total_steps + 1
     return load_config(None, dict(
-        model=setup.model, dataset="synthetic", synthetic_shape=setup.shape,
+        model=setup.model, dataset=DATASET_OF[setup.data], synthetic_shape=setup.shape,
         batch_size=setup.batch_size, epochs=1, steps_per_epoch=total_steps, seed=setup.seed,
         mode=mode, **({"n_sync": n_sync} if mode == "local" else {}),
         # Random labels: a small constant rate keeps every model finite.
@@ -93,7 +95,8 @@ def measure(setup: Setup) -> dict:
             from hvdtrain.benchmarks import plain_horovod
 
             model = plain_horovod.train(setup.model, parse_shape(setup.shape), setup.batch_size,
-                                        total_steps, setup.seed, callbacks=[timer])
+                                        total_steps, setup.seed, callbacks=[timer],
+                                        on_device=setup.data == "device")
         else:
             model = train(_train_config(setup, total_steps, os.path.join(scratch, "run")),
                           verbose=0, extra_callbacks=(timer,)).model

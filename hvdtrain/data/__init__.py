@@ -30,6 +30,9 @@ def load_dataset(name: str, data_dir: str | None = None, synthetic_shape=(28, 28
     if name == "synthetic":
         from hvdtrain.data import synthetic
         return synthetic.load(tuple(synthetic_shape), seed=seed)
+    if name == "synthetic-device":
+        from hvdtrain.data import device_synthetic
+        return device_synthetic.load(tuple(synthetic_shape), seed=seed)
     raise ConfigError(f"--dataset must be one of {', '.join(DATASETS)}, got {name!r}")
 
 

@@ -39,6 +39,9 @@ def compiled_model(cfg: TrainConfig, data: DataSource, world: World, devices) ->
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
                   jit_compile=jit_whole_step)
     build_optimizer(model)
+    if hasattr(data, "feed_from_device"):
+        # The input then lives on the worker's first device, as its first layers do.
+        data.feed_from_device(model, cfg.batch_size, devices[0], world.rank)
     return model
 
 
