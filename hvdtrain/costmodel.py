@@ -13,13 +13,25 @@ with α the latency of one message, R the link's rate and s the workers whose tr
 shares one link (1 for a worker per NIC; 2 on this machine's emulated loopback,
 which carries both workers' traffic).
 
+No link makes an exchange faster than the hosts can take part in it: copying into
+the fusion buffer, reducing, Horovod's negotiation and Gloo's per-operation cost. A
+bench over an unshaped link measures that floor F (`seconds_per_exchange`); it grows
+with the share (N − 1)/N of the payload each worker handles. So an exchange takes
+
+    E(B, N) = max(T(B, N), F × [(N − 1)/N] / [(M − 1)/M])
+
+for a floor measured on M workers. Taking the larger, not the sum, is the ring's own
+pipelining: a worker reduces one chunk while the next is on the wire.
+
 A step of each mode, with t the compute time of one step (independent workers):
 - independent: t;
-- sync: gradients travel in buckets while back-propagation goes on. A share
-  `overlap` of the step can hide communication, but the last bucket (the first
-  layers' gradients) only leaves when back-propagation ends:
-      t + max(T(grads) − overlap × t, T(last bucket));
-- local SGD: one exchange of the model state every n_sync steps: t + T(state) / n_sync.
+- sync: t + x, with x what a sync step computes beyond an independent one (the
+  gradient path, measured too), plus the gradient exchange. Gradients travel in
+  buckets while back-propagation goes on: a share `overlap` of the step can hide
+  communication, but the last bucket (the first layers' gradients) only leaves when
+  back-propagation ends:
+      t + x + max(E(grads) − overlap × t, E(last bucket));
+- local SGD: one exchange of the model state every n_sync steps: t + E(state) / n_sync.
 """
 
 from __future__ import annotations
@@ -44,6 +56,11 @@ class Workload:
     batch_per_worker: int
     bucket_bytes: float = 25e6  # sync mode's gradient groups
     overlap: float = 0.0        # share of a step that can hide sync mode's communication
+    # Measured over a fast link on `floor_workers` workers (see the module doc); 0: none.
+    gradient_floor: float = 0.0  # seconds of one gradient exchange
+    state_floor: float = 0.0     # seconds of one state exchange (a local-SGD round)
+    sync_extra: float = 0.0      # seconds a sync step computes beyond an independent one
+    floor_workers: int = 2
 
 
 def ring_allreduce_seconds(payload_bytes: float, workers: int, link: Link) -> float:
@@ -54,6 +71,17 @@ def ring_allreduce_seconds(payload_bytes: float, workers: int, link: Link) -> fl
     return messages * link.latency + wire_bytes * 8 / link.rate_bits
 
 
+def exchange_seconds(payload_bytes: float, floor: float, workers: int, link: Link,
+                     floor_workers: int = 2) -> float:
+    """E(B, N): the ring over `link`, but never faster than the hosts' measured floor."""
+    if workers <= 1 or payload_bytes <= 0:
+        return 0.0
+    share = (workers - 1) / workers
+    measured_share = (floor_workers - 1) / floor_workers if floor_workers > 1 else share
+    return max(ring_allreduce_seconds(payload_bytes, workers, link),
+               floor * share / measured_share)
+
+
 def step_seconds(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1) -> float:
     compute = work.compute_seconds
     if mode == "independent":
@@ -61,13 +89,15 @@ def step_seconds(work: Workload, mode: str, workers: int, link: Link, n_sync: in
     if mode == "sync":
         if workers <= 1:
             return compute
-        exchange = ring_allreduce_seconds(work.gradient_bytes, workers, link)
-        last_bucket = ring_allreduce_seconds(
-            min(work.bucket_bytes, work.gradient_bytes) if work.bucket_bytes > 0
-            else work.gradient_bytes, workers, link)
-        return compute + max(exchange - work.overlap * compute, last_bucket)
+        grads = work.gradient_bytes
+        exchange = exchange_seconds(grads, work.gradient_floor, workers, link, work.floor_workers)
+        last = min(work.bucket_bytes, grads) if work.bucket_bytes > 0 else grads
+        last_bucket = exchange_seconds(last, work.gradient_floor * last / grads, workers, link,
+                                       work.floor_workers)
+        return compute + work.sync_extra + max(exchange - work.overlap * compute, last_bucket)
     if mode == "local":
-        return compute + ring_allreduce_seconds(work.state_bytes, workers, link) / n_sync
+        return compute + exchange_seconds(work.state_bytes, work.state_floor, workers, link,
+                                          work.floor_workers) / n_sync
     raise ValueError(f"unknown mode {mode!r}")
 
 

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from hvdtrain.cli import main
-from hvdtrain.costmodel import Link, Workload, predict, ring_allreduce_seconds, step_seconds
+from hvdtrain.benchmarks.predict import workload
+from hvdtrain.costmodel import (Link, Workload, exchange_seconds, predict, ring_allreduce_seconds,
+                                step_seconds)
 
 GBIT = 10**9
 
@@ -44,6 +46,23 @@ def test_sync_hides_communication_behind_back_propagation_but_not_the_last_bucke
     assert step_seconds(fully, "sync", 2, link) == pytest.approx(10.1)
 
 
+def test_no_link_makes_an_exchange_faster_than_the_hosts_floor():
+    fast, slow = Link(8e12, latency=0.0), Link(8e6, latency=0.0)  # 1 TB/s and 1 MB/s
+    assert exchange_seconds(1e6, 0.02, 2, fast) == pytest.approx(0.02)
+    assert exchange_seconds(1e6, 0.02, 2, slow) == pytest.approx(1.0)  # the link dominates
+    # The floor grows with the share (N - 1)/N of the payload each worker handles.
+    assert exchange_seconds(1e6, 0.02, 8, fast, floor_workers=2) == pytest.approx(0.02 * 7 / 8 * 2)
+    assert exchange_seconds(1e6, 0.02, 1, fast) == 0.0
+
+
+def test_sync_adds_its_extra_compute_and_the_floored_exchange():
+    work = Workload(0.1, 1e6, 1e6, 32, gradient_floor=0.02, state_floor=0.05, sync_extra=0.01)
+    fast = Link(8e12, latency=0.0)
+    assert step_seconds(work, "sync", 2, fast) == pytest.approx(0.1 + 0.01 + 0.02)
+    assert step_seconds(work, "local", 2, fast, n_sync=10) == pytest.approx(0.1 + 0.005)
+    assert step_seconds(work, "independent", 2, fast) == 0.1
+
+
 def test_prediction_reports_images_efficiency_and_communication_share():
     work = Workload(0.5, 1e9, 1e9, 64)
     p = predict(work, "sync", 4, Link(8e9, latency=0.0))
@@ -51,13 +70,15 @@ def test_prediction_reports_images_efficiency_and_communication_share():
     assert (p.efficiency, p.communication_share) == pytest.approx((0.25, 0.75))
 
 
-def _bench(tmp_path, link_rate=None):
+def _bench(tmp_path, link_rate=None, compute=0.4, exchanges=(None, None)):
     rows = [dict(model="alexnet", mode=mode, label=label, n_sync=n, workers=2, step_seconds=s,
                  bytes_per_step=b, parameters=1_000_000, batch_per_worker=32, bucket_mb=25.0,
-                 fp16_allreduce=False, total_images_per_sec=64 / s, total_ci95=1.0)
-            for mode, label, n, s, b in (("sync", "sync", None, 0.6, 4e6),
-                                         ("local", "local, n_sync 10", 10, 0.45, 4e5),
-                                         ("independent", "independent", None, 0.4, 0.0))]
+                 fp16_allreduce=False, total_images_per_sec=64 / s, total_ci95=1.0,
+                 seconds_per_exchange=e)
+            for mode, label, n, s, b, e in (
+                ("sync", "sync", None, compute + 0.2, 4e6, exchanges[0]),
+                ("local", "local, n_sync 10", 10, compute + 0.05, 4e5, exchanges[1]),
+                ("independent", "independent", None, compute, 0.0, None))]
     path = tmp_path / f"bench-{link_rate}.json"
     path.write_text(json.dumps({"rows": rows, "link_rate": link_rate}))
     return str(path)
@@ -85,6 +106,27 @@ def test_checks_compare_emulated_benches_with_the_shared_link_prediction(tmp_pat
     predicted = 64 / (0.4 + 4e6 * 8 / 1e8 * 2)  # both workers' traffic on one 100 Mbit link
     assert sync["predicted"] == pytest.approx(predicted)
     assert sync["error"] == pytest.approx(predicted / (64 / 0.6) - 1)
+
+
+def test_an_unshaped_bench_gives_the_floor_and_a_shaped_one_does_not(tmp_path):
+    unshaped = json.loads(open(_bench(tmp_path, exchanges=(0.15, 0.3))).read())
+    work = workload(unshaped, overlap=0.0)
+    assert (work.gradient_floor, work.state_floor) == (0.15, 0.3)
+    assert work.sync_extra == pytest.approx(0.6 - 0.4 - 0.15)  # beyond compute and exchange
+    bare = workload(unshaped, overlap=0.0, floor=False)
+    assert (bare.gradient_floor, bare.state_floor, bare.sync_extra) == (0.0, 0.0, 0.0)
+    shaped = json.loads(open(_bench(tmp_path, "1gbit", exchanges=(0.15, 0.3))).read())
+    assert workload(shaped, overlap=0.0).gradient_floor == 0.0
+
+
+def test_checks_take_the_compute_of_the_checked_bench_itself(tmp_path):
+    # The machine ran 25% slower during the shaped bench; its own independent rows say so.
+    assert main(["predict", _bench(tmp_path), "--check",
+                 _bench(tmp_path, "100mbit", compute=0.5), "--latency", "0",
+                 "--out", str(tmp_path / "p")]) == 0
+    checks = json.loads((tmp_path / "p" / "predict.json").read_text())["checks"]
+    assert [c["label"] for c in checks] == ["sync", "local, n_sync 10"]
+    assert checks[0]["predicted"] == pytest.approx(64 / (0.5 + 4e6 * 8 / 1e8 * 2))
 
 
 def test_a_bench_without_independent_workers_or_link_is_refused_in_one_line(tmp_path, capsys):

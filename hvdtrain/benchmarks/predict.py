@@ -2,14 +2,17 @@
 
 The bench gives the compute time of a step (its independent rows) and the bytes each
 mode allreduces; `hvdtrain.costmodel` adds ring allreduce over the links asked for.
-`--check` holds the model against benches run over emulated links: it predicts each
-of their rows and prints measured against predicted.
+A bench over an unshaped link also gives the hosts' floor: how long an exchange took
+when the link was not the limit, and what a sync step computes beyond an independent
+one. `--check` holds the model against benches run over emulated links: it predicts
+each of their rows and prints measured against predicted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import asdict, replace
 
 from hvdtrain import files
 from hvdtrain.benchmarks.links import parse_rate
@@ -43,6 +46,10 @@ def add_parser(commands) -> None:
                         help="share of a sync step that can hide gradient communication behind "
                              "back-propagation (default: 0, none: on a 2-core CPU compute and "
                              "allreduce compete for the cores; see BENCHMARKS.md)")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="leave out the hosts' floor measured by an unshaped BENCH_JSON "
+                             "(exchange seconds, sync mode's extra compute): the bare "
+                             "latency-bandwidth model")
     parser.add_argument("--check", nargs="*", default=[], metavar="BENCH_JSON",
                         help="benches run with --link-rate: predict their rows and compare")
     parser.add_argument("--out", default=None,
@@ -51,19 +58,51 @@ def add_parser(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def workload(bench: dict, overlap: float) -> Workload:
-    """The step of the bench's model: compute from its independent rows, bytes per mode."""
+def independent_compute(bench: dict) -> float | None:
+    """Seconds of a step without communication: the mean over the independent rows."""
+    alone = [r["step_seconds"] for r in bench["rows"] if r["mode"] == "independent"]
+    return sum(alone) / len(alone) if alone else None
+
+
+def workload(bench: dict, overlap: float, floor: bool = True) -> Workload:
+    """The step of the bench's model: compute from its independent rows, bytes per mode,
+    and (unless `floor` is False) the hosts' floor from its multi-worker rows."""
     rows = bench["rows"]
-    alone = [r for r in rows if r["mode"] == "independent"]
-    if not alone:
+    compute = independent_compute(bench)
+    if compute is None:
         raise ConfigError("predict needs a bench with an independent row (--modes ...,independent)")
-    compute = sum(r["step_seconds"] for r in alone) / len(alone)
     first = rows[0]
     gradient = first["parameters"] * (2 if first.get("fp16_allreduce") else 4)
     state = next((r["bytes_per_step"] * r["n_sync"] for r in rows
                   if r["mode"] == "local" and r["workers"] > 1), gradient)
-    return Workload(compute, gradient, state, first["batch_per_worker"],
+    work = Workload(compute, gradient, state, first["batch_per_worker"],
                     bucket_bytes=first.get("bucket_mb", DEFAULT_BUCKET_MB) * 1e6, overlap=overlap)
+    return replace(work, **_floors(bench, compute)) if floor else work
+
+
+def _floors(bench: dict, compute: float) -> dict:
+    """Exchange seconds and sync mode's extra compute, where the link was not the limit.
+
+    Only an unshaped bench tells them: over an emulated link the exchange is the link's.
+    """
+    if bench.get("link_rate"):
+        return {}
+    timed = [r for r in bench["rows"] if r["workers"] > 1 and r.get("seconds_per_exchange")]
+    sync = [r for r in timed if r["mode"] == "sync"]
+    local = [r for r in timed if r["mode"] == "local"]
+    if not sync or not local:
+        return {}
+    gradient_floor = _mean(r["seconds_per_exchange"] for r in sync)
+    return {"gradient_floor": gradient_floor,
+            "state_floor": _mean(r["seconds_per_exchange"] for r in local),
+            "sync_extra": max(0.0, _mean(r["step_seconds"] for r in sync) - compute
+                              - gradient_floor),
+            "floor_workers": sync[0]["workers"]}
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
 
 
 def _setups(bench: dict) -> list[tuple[str, int]]:
@@ -87,14 +126,23 @@ def predictions(bench: dict, work: Workload, workers: list[int], rates: list[str
 
 
 def checks(work: Workload, shaped: dict, latency: float) -> list[dict]:
-    """Each row of a bench over an emulated link, measured and predicted. The emulated
-    loopback carries every worker's traffic, so all of them share its rate."""
+    """Each communicating row of a bench over an emulated link, measured and predicted.
+
+    The compute comes from that bench's own independent rows: on a shared machine it
+    drifts by ±15% between runs, and what is checked is the communication. The emulated
+    loopback carries every worker's traffic, so all of them share its rate.
+    """
     rate = shaped.get("link_rate")
     if not rate:
         raise ConfigError("--check takes benches run with --link-rate; this one has no link_rate")
+    own_compute = independent_compute(shaped)
+    if own_compute is not None:
+        work = replace(work, compute_seconds=own_compute)
     out = []
     for row in shaped["rows"]:
         mode = "sync" if row["mode"] == "horovod" else row["mode"]
+        if mode == "independent" and own_compute is not None:
+            continue
         link = Link(parse_rate(rate), latency, row["workers"])
         p = predict(work, mode, row["workers"], link, row["n_sync"] or 1)
         measured = row["total_images_per_sec"]
@@ -111,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--latency must be >= 0, --workers-per-link > 0 and --overlap in [0, 1]; "
                           f"got {args.latency}, {args.workers_per_link} and {args.overlap}")
     bench = files.read_json(args.bench_json)
-    work = workload(bench, args.overlap)
+    work = workload(bench, args.overlap, floor=not args.no_floor)
     rates = [r.strip() for r in args.link_rate.split(",")]
     for rate in rates:
         parse_rate(rate)
@@ -122,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or os.path.dirname(os.path.abspath(args.bench_json))
     os.makedirs(out, exist_ok=True)
     files.write_json(os.path.join(out, "predict.json"), {
-        "bench": args.bench_json, "workload": vars(work), "latency_us": args.latency,
+        "bench": args.bench_json, "workload": asdict(work), "latency_us": args.latency,
         "workers_per_link": args.workers_per_link, "rows": rows, "checks": checked})
     files.write_csv(os.path.join(out, "predict.csv"), rows, COLUMNS)
     _plot(rows, os.path.join(out, "predict.png"))
