@@ -111,6 +111,16 @@ def outer_step(x0, x_avg, momentum_buffer, inner_lr, outer_lr: float, outer_mome
     return x0 - outer_lr * inner_lr * direction, new_buffer
 
 
+def delayed_average_update(current, snapshot, snapshot_mean):
+    """A worker's state after an overlapped round (CoCoD-SGD, Shen et al. 2019).
+
+    The round averaged `snapshot`, the state every worker took when it started; the
+    worker kept training meanwhile. It takes the stale average plus its own progress
+    since the snapshot, so no local step is lost: x <- avg(s) + (x - s).
+    """
+    return snapshot_mean + (current - snapshot)
+
+
 def second_moment(mean, variance, shift=0.0):
     """One worker's mean square deviation from `shift`, what it sends in place of its variance.
 

@@ -17,7 +17,9 @@ import yaml
 
 from hvdtrain.errors import ConfigError
 
-MODES = ("sync", "local")
+MODES = ("sync", "local", "async")
+# Modes that average the workers' state every --n-sync steps instead of gradients every step.
+LOCAL_MODES = ("local", "async")
 OPTIMIZERS = ("sgd", "adam")
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
@@ -78,7 +80,10 @@ class TrainConfig:
 
     # Parallelism.
     mode: str = _opt(
-        "sync", "sync: average gradients every step; local: average weights every --n-sync steps",
+        "sync", "sync: average gradients every step; local: average weights every --n-sync steps; "
+                "async: like local, but each round's allreduce runs behind the next --n-sync "
+                "steps and a worker takes the round's average plus its own progress since "
+                "(CoCoD-SGD); epoch ends, evaluation and checkpoints wait for one blocking round",
         MODES)
     n_sync: int = _opt(100, "local mode: local steps between two weight averagings")
     warm_start_steps: int = _opt(
@@ -185,13 +190,13 @@ class TrainConfig:
                     f"{_flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         parse_shape(self.synthetic_shape)
 
-        if self.mode != "local":
+        if self.mode not in LOCAL_MODES:
             for name, default in (("warm_start_steps", 0), ("warm_start", "sync"),
                                   ("outer_optimizer", "none"),
                                   ("outer_lr", 1.0), ("outer_momentum", 0.0)):
                 if getattr(self, name) != default:
                     raise ConfigError(
-                        f"{_flag(name)} needs --mode local, got {_flag(name)} "
+                        f"{_flag(name)} needs --mode local or async, got {_flag(name)} "
                         f"{getattr(self, name)} with --mode {self.mode}")
         if self.warm_start == "single" and self.warm_start_steps == 0:
             raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
@@ -201,10 +206,25 @@ class TrainConfig:
                 "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
                 f"got --outer-lr {self.outer_lr} --outer-momentum {self.outer_momentum} "
                 "with --outer-optimizer none")
+        if self.mode == "async":
+            _check_async(self)
         if self.nesterov and (self.optimizer != "sgd" or self.momentum == 0):
             raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
                               f"got --optimizer {self.optimizer} --momentum {self.momentum}")
         return self
+
+
+def _check_async(cfg: "TrainConfig") -> None:
+    """What overlapped rounds cannot do yet, refused in one line each."""
+    if cfg.outer_optimizer != "none":
+        raise ConfigError(f"--mode async takes the plain average: --outer-optimizer "
+                          f"{cfg.outer_optimizer} needs every worker at a round's result")
+    if cfg.elastic:
+        raise ConfigError("--mode async does not work with --elastic yet: a worker lost with a "
+                          "round in flight would leave the others waiting; use --mode local")
+    if parse_interval(cfg.checkpoint_every)[0] != "epochs":
+        raise ConfigError(f"--mode async checkpoints at epoch ends, where the workers agree; got "
+                          f"--checkpoint-every {cfg.checkpoint_every}")
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

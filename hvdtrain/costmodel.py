@@ -31,12 +31,18 @@ A step of each mode, with t the compute time of one step (independent workers):
   communication, but the last bucket (the first layers' gradients) only leaves when
   back-propagation ends:
       t + x + max(E(grads) − overlap × t, E(last bucket));
-- local SGD: one exchange of the model state every n_sync steps: t + E(state) / n_sync.
+- local SGD: one exchange of the model state every n_sync steps: t + E(state) / n_sync;
+- async (overlapped local SGD): the exchange runs behind the next n_sync steps, and a
+  worker waits only for what they do not cover: t + max(0, E(state) − n_sync × t) / n_sync.
+  On a machine where the allreduce and the training share the cores this is the bound
+  from below.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from hvdtrain.config import LOCAL_MODES
 
 
 @dataclass(frozen=True)
@@ -95,9 +101,12 @@ def step_seconds(work: Workload, mode: str, workers: int, link: Link, n_sync: in
         last_bucket = exchange_seconds(last, work.gradient_floor * last / grads, workers, link,
                                        work.floor_workers)
         return compute + work.sync_extra + max(exchange - work.overlap * compute, last_bucket)
-    if mode == "local":
-        return compute + exchange_seconds(work.state_bytes, work.state_floor, workers, link,
-                                          work.floor_workers) / n_sync
+    if mode in LOCAL_MODES:
+        exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link,
+                                    work.floor_workers)
+        if mode == "async":
+            exchange = max(0.0, exchange - n_sync * compute)
+        return compute + exchange / n_sync
     raise ValueError(f"unknown mode {mode!r}")
 
 

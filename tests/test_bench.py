@@ -97,8 +97,12 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--modes", "sync,async"], "--modes takes a comma-separated list of sync, local, independent, "
-                                "horovod; got 'async'"),
+    (["--modes", "sync,asgd"], "--modes takes a comma-separated list of sync, local, async, "
+                               "independent, horovod; got 'asgd'"),
+    (["--slow-rank", "1"], "--slow-rank must be RANK:FACTOR with a factor of at least 1"),
+    (["--slow-rank", "1:0.5"], "--slow-rank must be RANK:FACTOR with a factor of at least 1"),
+    (["--slow-rank", "2:2", "--workers", "1,2"], "--slow-rank 2:2 names a rank the 1-worker job "
+                                                 "does not have"),
     (["--n-sync", "10,0"], "--n-sync must be positive integers separated by commas, got '10,0'"),
     (["--workers", "two"], "--workers must be positive integers"),
     (["--steps", "0"], "--steps, --warmup-steps, --window and --repeats must be positive"),
@@ -112,6 +116,41 @@ def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tm
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "bench.json")
+
+
+class _FakeModel:
+    def __init__(self, clock):
+        self.clock = clock
+
+    def train_function(self, iterator):
+        self.clock.now += 0.25  # the step's compiled function takes 0.25 s
+        return {"loss": 1.0}
+
+
+class _Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize("rank, slept", [(0, [0.5, 0.5]), (1, [])])
+def test_a_slow_rank_sleeps_factor_minus_one_times_each_step_and_only_that_rank(rank, slept):
+    from hvdtrain import comm
+    from hvdtrain.benchmarks.timing import SlowerSteps
+
+    comm.init()  # a world of one: this process is rank 0
+    clock, sleeps = _Clock(), []
+    slower = SlowerSteps(rank, 3.0, clock=clock, sleep=sleeps.append)
+    slower.set_model(_FakeModel(clock))
+    slower.on_train_begin()
+    for _ in range(2):
+        assert slower.model.train_function(None) == {"loss": 1.0}
+    assert sleeps == pytest.approx(slept)
+    slower.on_train_end()
+    slower.on_train_begin()  # a second fit is slowed once, not twice
+    slower.model.train_function(None)
+    assert sleeps == pytest.approx(slept + slept[:1])
 
 
 @pytest.mark.multiprocess

@@ -37,12 +37,12 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"base_lr": 0.0}, "--base-lr must be positive, got 0.0"),
     ({"momentum": 1.0}, "--momentum must be in [0, 1), got 1.0"),
     ({"warmup_epochs": -1.0}, "--warmup-epochs must be zero or positive, got -1.0"),
-    ({"mode": "async"}, "--mode must be one of sync, local, got 'async'"),
+    ({"mode": "asynchronous"}, "--mode must be one of sync, local, async, got 'asynchronous'"),
     ({"optimizer": "rmsprop"}, "--optimizer must be one of sgd, adam, got 'rmsprop'"),
     ({"synthetic_shape": "32x32"}, "--synthetic-shape must look like 32x32x3, got '32x32'"),
     ({"outer_momentum": 0.5}, "--outer-momentum needs --mode local"),
     ({"warm_start_steps": 10}, "--warm-start-steps needs --mode local"),
-    ({"warm_start": "single"}, "--warm-start needs --mode local, got --warm-start single"),
+    ({"warm_start": "single"}, "--warm-start needs --mode local or async, got --warm-start single"),
     ({"mode": "local", "warm_start": "solo"}, "--warm-start must be one of sync, single, got 'solo'"),
     ({"mode": "local", "warm_start": "single"},
      "--warm-start single needs --warm-start-steps > 0, got --warm-start-steps 0"),
@@ -59,7 +59,7 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"model": "nosuch"}, "--model must be one of alexnet, alexnet-lrn, alexnet-2col, lenet, "
                           "resnet50, resnet20, resnet32, resnet56, got 'nosuch'"),
     ({"dataset": "mnist"}, "--dataset must be one of fashion-mnist, cifar10, imagenet, "
-                           "image-folder, synthetic, got 'mnist'"),
+                           "image-folder, synthetic, synthetic-device, got 'mnist'"),
 ])
 def test_bad_values_get_one_line_naming_option_and_value(overrides, message):
     with pytest.raises(ConfigError) as err:

@@ -37,6 +37,17 @@ def test_local_sgd_pays_one_exchange_every_n_sync_steps():
     assert step_seconds(work, "sync", 2, link) == pytest.approx(1.0 + exchange)
 
 
+def test_async_waits_only_for_what_the_steps_between_rounds_do_not_cover():
+    work = Workload(compute_seconds=1.0, gradient_bytes=1e9, state_bytes=1e9, batch_per_worker=32)
+    link = Link(8e9, latency=0.0)  # one exchange: 1 s on 2 workers
+    assert step_seconds(work, "async", 2, link, n_sync=10) == 1.0  # hidden
+    slow = Link(8e8, latency=0.0)  # 10 s: 10 steps cover all of it
+    assert step_seconds(work, "async", 2, slow, n_sync=10) == 1.0
+    slower = Link(4e8, latency=0.0)  # 20 s: wait 10 s every 10 steps
+    assert step_seconds(work, "async", 2, slower, n_sync=10) == pytest.approx(2.0)
+    assert step_seconds(work, "local", 2, slower, n_sync=10) == pytest.approx(3.0)
+
+
 def test_sync_hides_communication_behind_back_propagation_but_not_the_last_bucket():
     link = Link(8e9, latency=0.0)  # 1e9 bytes on 2 workers: 1 s
     hidden = Workload(1.0, 1e9, 1e9, 32, bucket_bytes=1e8, overlap=0.6)

@@ -30,6 +30,15 @@ def test_grid_has_one_reference_run_for_one_worker_and_every_combination_above()
         "w2-n10-cold", "w2-n10-warm", "w2-n10-single"]
 
 
+def test_async_runs_join_the_grid_with_their_own_names():
+    runs = grid([1, 2], [50], ["cold"], modes=("local", "async"))
+    assert [(r.name, r.mode) for r in runs[1:]] == [("w2-n50-cold", "local"),
+                                                    ("w2-async-n50-cold", "async")]
+    assert runs[2].train_options(500) == ["--mode", "async", "--n-sync", "50"]
+    curve = Curve("w2-async-n50-cold", 2, "async", 50, 0)
+    assert curve.label == "2 workers, async, n_sync 50"
+
+
 def test_grid_runs_become_train_options():
     assert GridRun("w1", 1, None, "cold").train_options(500) == ["--mode", "sync"]
     assert GridRun("w2-n10-cold", 2, 10, "cold").train_options(500) == [

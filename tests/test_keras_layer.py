@@ -30,7 +30,8 @@ def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
     result = horovodrun(str(script), cwd=str(tmp_path))
     ranks = load_rank_files(str(tmp_path), "final")
     np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
-    # 60 steps: the warm start ends at 5, rounds at 15, 25, ..., 55 and one at each epoch end.
+    # 60 steps: the warm start ends at 5 (blocking), overlapped rounds start at 15, 25, ...,
+    # 55, and a blocking one at each epoch end.
     assert int(ranks[0]["rounds"]) == int(ranks[1]["rounds"]) == 1 + 5 + 2
     assert sorted(os.listdir(tmp_path / "ckpt")) == ["1.weights.h5", "2.weights.h5"]
     assert "Epoch 2/2" in result.stdout and "[1]<stdout>:Epoch" not in result.stdout

@@ -11,11 +11,13 @@ import time
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job
 from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
-from hvdtrain.config import load_config, parse_choice_list, parse_int_list, parse_shape
+from hvdtrain.config import (LOCAL_MODES, load_config, parse_choice_list, parse_int_list,
+                             parse_shape)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
-MODES = ("sync", "local", "independent", "horovod")
+MODES = ("sync", *LOCAL_MODES, "independent", "horovod")
+
 CONFIG_OPTIONS = ("model", "batch_size", "seed", "xla", "mixed_precision", "fp16_allreduce",
                   "bucket_mb")
 DEFAULT_SHAPES = {"lenet": "28x28x1", "resnet20": "32x32x3", "resnet32": "32x32x3",
@@ -29,9 +31,11 @@ the communication are measured. Every setup trains through
 the same code as `hvdtrain train`; the first --warmup-steps steps are not timed.
 Reports images/sec per worker and in total (mean and 95% interval: over windows of
 --window steps, or over --repeats measurements taken in turn), the share of a step spent in allreduce (the exchange timed on its
-own once training stops, times the exchanges per step), and bytes allreduced per
+own once training stops, times the exchanges per step; in async mode that is what a
+blocking exchange would cost, not what the workers waited), and bytes allreduced per
 step. Modes: sync (gradients averaged every step); local (weights averaged every
---n-sync steps; one setup per value); independent (no communication at all: the
+--n-sync steps; one setup per value); async (as local, with each round's allreduce
+running behind the next steps); independent (no communication at all: the
 upper limit); horovod (a bare Horovod + model.fit script: a train_step that
 allreduces each gradient, the reference for hvdtrain's own overhead).
 
@@ -85,6 +89,10 @@ def add_parser(commands) -> None:
                              "shaped to RATE (tc units: 10gbit, 1gbit, 100mbit), to emulate "
                              "links between nodes, zones or regions; needs root "
                              "(default: the unshaped loopback)")
+    parser.add_argument("--slow-rank", default=None, metavar="RANK:FACTOR",
+                        help="make one worker's steps FACTOR times slower (1:2: rank 1 at half "
+                             "speed), as a slower GPU or a noisy neighbour would; rounds and "
+                             "allreduces are not slowed (default: all at full speed)")
     parser.add_argument("--host-data", action="store_true",
                         help="feed the synthetic images through an in-memory tf.data pipeline "
                              "(default: one random batch per worker, made and kept on its "
@@ -95,19 +103,36 @@ def add_parser(commands) -> None:
     parser.set_defaults(handler=run)
 
 
+def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
+    """'1:2' -> (1, 2.0): rank 1's steps twice as slow."""
+    if not text:
+        return None
+    try:
+        rank, factor = text.split(":")
+        parsed = int(rank), float(factor)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed[0] < 0 or not parsed[1] >= 1:
+        raise ConfigError(f"--slow-rank must be RANK:FACTOR with a factor of at least 1 "
+                          f"(1:2 makes rank 1's steps twice as slow), got {text!r}")
+    return parsed
+
+
 def _setups(args, cfg) -> list[dict]:
     if min(args.steps, args.warmup_steps, args.window, args.repeats) <= 0:
         raise ConfigError(f"--steps, --warmup-steps, --window and --repeats must be positive, got "
                           f"{args.steps}, {args.warmup_steps}, {args.window} and {args.repeats}")
     shape = args.synthetic_shape or DEFAULT_SHAPES.get(cfg.model, "224x224x3")
     parse_shape(shape)
+    slow = parse_slow_rank(args.slow_rank)
     common = dict(model=cfg.model, batch_size=cfg.batch_size, shape=shape, steps=args.steps,
                   warmup_steps=args.warmup_steps, window=args.window, seed=cfg.seed, xla=cfg.xla,
                   mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce,
-                  bucket_mb=cfg.bucket_mb, data="host" if args.host_data else "device")
+                  bucket_mb=cfg.bucket_mb, data="host" if args.host_data else "device",
+                  slow_rank=slow[0] if slow else None, slow_factor=slow[1] if slow else 1.0)
     setups = []
     for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
-        n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode == "local" else [None]
+        n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode in LOCAL_MODES else [None]
         setups += [dict(common, mode=mode, n_sync=n) for n in n_syncs]
     return setups
 
@@ -117,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(None, overrides)
     setups = _setups(args, cfg)
     workers = parse_int_list(args.workers, "--workers") if args.workers else None
+    slow_rank = setups[0]["slow_rank"]
+    if slow_rank is not None and workers and slow_rank >= min(workers):
+        raise ConfigError(f"--slow-rank {args.slow_rank} names a rank the {min(workers)}-worker "
+                          f"job does not have")
     if "HOROVOD_RANK" in os.environ:
         if args.link_rate:
             raise ConfigError("--link-rate starts its own jobs: run hvdtrain bench without "

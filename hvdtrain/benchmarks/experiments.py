@@ -1,7 +1,7 @@
 """`hvdtrain sweep`: Paine et al.'s (2013) experiments 2 and 3 on your model and data.
 
 A grid of real training runs, one job at a time so that wall times are honest:
-worker counts × n_sync × start. A cold start goes local from the first step; a warm
+worker counts × modes (local, async) × n_sync × start. A cold start goes local from the first step; a warm
 start first trains --warm-start-steps steps synchronously (post-local SGD); a single
 start is the paper's own warm start: those steps count on one worker only, then every
 worker takes its state. One worker has no local phase, so it is one run, the
@@ -19,7 +19,8 @@ from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
 from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
-from hvdtrain.config import TrainConfig, load_config, parse_choice_list, parse_int_list
+from hvdtrain.config import (LOCAL_MODES, TrainConfig, load_config, parse_choice_list,
+                             parse_int_list)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
@@ -32,7 +33,7 @@ GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "warm_start", "out", "resu
 BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIONS)
 SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
                    "averaging_rounds", "total_steps")
-COLUMNS = ("name", "workers", "n_sync", "start", "final_training_error", *SUMMARY_COLUMNS)
+COLUMNS = ("name", "workers", "mode", "n_sync", "start", "final_training_error", *SUMMARY_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -41,26 +42,32 @@ class GridRun:
     workers: int
     n_sync: int | None  # None: one worker, synchronous
     start: str
+    mode: str = "local"  # or async (rounds behind training)
 
     def train_options(self, warm_start_steps: int) -> list[str]:
         if self.n_sync is None:
             return ["--mode", "sync"]
-        options = ["--mode", "local", "--n-sync", str(self.n_sync)]
+        options = ["--mode", self.mode, "--n-sync", str(self.n_sync)]
         if self.start in WARM_START_OF:
             options += ["--warm-start-steps", str(warm_start_steps),
                         "--warm-start", WARM_START_OF[self.start]]
         return options
 
 
-def grid(workers: list[int], n_syncs: list[int], starts: list[str]) -> list[GridRun]:
+def grid(workers: list[int], n_syncs: list[int], starts: list[str],
+         modes: tuple[str, ...] = ("local",)) -> list[GridRun]:
     runs = []
     for count in dict.fromkeys(workers):
         if count == 1:
             runs.append(GridRun("w1", 1, None, "cold"))
             continue
-        for n_sync in dict.fromkeys(n_syncs):
-            for start in dict.fromkeys(starts):
-                runs.append(GridRun(f"w{count}-n{n_sync}-{start}", count, n_sync, start))
+        for mode in dict.fromkeys(modes):
+            # Local runs keep the names of sweeps made before async existed.
+            tag = "" if mode == "local" else f"{mode}-"
+            for n_sync in dict.fromkeys(n_syncs):
+                for start in dict.fromkeys(starts):
+                    runs.append(GridRun(f"w{count}-{tag}n{n_sync}-{start}", count, n_sync,
+                                        start, mode))
     return runs
 
 
@@ -74,6 +81,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--workers", default="1,2", help="worker counts (default: 1,2)")
     parser.add_argument("--n-sync", default="1,10,100,600",
                         help="local-SGD periods for more than one worker (default: 1,10,100,600)")
+    parser.add_argument("--modes", default="local",
+                        help="local, async (rounds behind training) or both, for more than one "
+                             "worker (default: local)")
     parser.add_argument("--start", default="cold,warm",
                         help="any of cold (local from the first step), warm (synchronous "
                              "steps first) and single (one worker's steps first, as in the "
@@ -110,7 +120,8 @@ def _failure(run: GridRun, code: int, log_path: str) -> HvdtrainError:
 def _row(run: GridRun, run_dir: str, window: int) -> dict:
     summary = files.read_json(os.path.join(run_dir, run_folder.SUMMARY))
     curve = load_curve(run_dir)
-    return {"name": run.name, "workers": run.workers, "n_sync": run.n_sync or "",
+    return {"name": run.name, "workers": run.workers, "mode": run.mode if run.n_sync else "sync",
+            "n_sync": run.n_sync or "",
             "start": run.start, "final_training_error": sliding_mean(curve.error, window)[-1],
             **{k: summary[k] for k in SUMMARY_COLUMNS}}
 
@@ -120,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     base = load_config(args.config, overrides)
     starts = parse_choice_list(args.start, "--start", STARTS)
     runs = grid(parse_int_list(args.workers, "--workers"), parse_int_list(args.n_sync, "--n-sync"),
-                starts)
+                starts, tuple(parse_choice_list(args.modes, "--modes", LOCAL_MODES)))
     if args.window <= 0:
         raise ConfigError(f"--window must be a positive number of minibatches, got {args.window}")
     if set(starts) & set(WARM_START_OF) and args.warm_start_steps <= 0:

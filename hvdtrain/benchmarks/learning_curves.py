@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from hvdtrain.config import LOCAL_MODES
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
@@ -58,7 +59,8 @@ class Curve:
     def label(self) -> str:
         if self.workers == 1:
             return "1 worker"
-        what = f"n_sync {self.n_sync}" if self.mode == "local" else "sync"
+        what = {"local": f"n_sync {self.n_sync}", "async": f"async, n_sync {self.n_sync}"}.get(
+            self.mode, "sync")
         return f"{self.workers} workers, {what}"
 
 
@@ -76,7 +78,7 @@ def load_curve(run_dir: str) -> Curve:
         workers = files.read_json(summary_path)["workers"]
     else:  # a run still going, or stopped: the workers of its last epoch
         workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
-    local = config.get("mode") == "local"
+    local = config.get("mode") in LOCAL_MODES
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
                   config.get("mode", "sync"), int(config.get("n_sync", 1)),
                   int(config.get("warm_start_steps", 0)) if local else 0,
@@ -154,13 +156,14 @@ def smoothed_rows(curves: list[Curve], window: int, axis: str) -> list[dict]:
         xs = getattr(curve, key)
         for i in thinned(len(smooth)):
             rows.append({"run": curve.name, "label": curve.label, "workers": curve.workers,
-                         "n_sync": curve.n_sync if curve.mode == "local" else "",
+                         "n_sync": curve.n_sync if curve.mode in LOCAL_MODES else "",
                          "start": curve.start, key: xs[i], "smoothed_error": round(smooth[i], 6)})
     return rows
 
 
 def _sort_key(curve: Curve):
-    return (curve.workers, curve.mode != "sync", curve.n_sync, STARTS.index(curve.start))
+    return (curve.workers, curve.mode != "sync", curve.n_sync, curve.mode == "async",
+            STARTS.index(curve.start))
 
 
 def draw(curves: list[Curve], window: int, axis: str, path: str) -> None:

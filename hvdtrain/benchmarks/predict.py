@@ -16,7 +16,7 @@ from dataclasses import asdict, replace
 
 from hvdtrain import files
 from hvdtrain.benchmarks.links import parse_rate
-from hvdtrain.config import DEFAULT_BUCKET_MB, parse_int_list
+from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, parse_int_list
 from hvdtrain.costmodel import Link, Workload, predict
 from hvdtrain.errors import ConfigError
 
@@ -74,7 +74,7 @@ def workload(bench: dict, overlap: float, floor: bool = True) -> Workload:
     first = rows[0]
     gradient = first["parameters"] * (2 if first.get("fp16_allreduce") else 4)
     state = next((r["bytes_per_step"] * r["n_sync"] for r in rows
-                  if r["mode"] == "local" and r["workers"] > 1), gradient)
+                  if r["mode"] in LOCAL_MODES and r["workers"] > 1), gradient)
     work = Workload(compute, gradient, state, first["batch_per_worker"],
                     bucket_bytes=first.get("bucket_mb", DEFAULT_BUCKET_MB) * 1e6, overlap=overlap)
     return replace(work, **_floors(bench, compute)) if floor else work
@@ -89,7 +89,7 @@ def _floors(bench: dict, compute: float) -> dict:
         return {}
     timed = [r for r in bench["rows"] if r["workers"] > 1 and r.get("seconds_per_exchange")]
     sync = [r for r in timed if r["mode"] == "sync"]
-    local = [r for r in timed if r["mode"] == "local"]
+    local = [r for r in timed if r["mode"] in LOCAL_MODES]
     if not sync or not local:
         return {}
     gradient_floor = _mean(r["seconds_per_exchange"] for r in sync)
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
 def format_tables(rows: list[dict], checked: list[dict]) -> str:
     lines = ["| link | mode | workers | images/sec | efficiency | comm. share |", "|" + "---|" * 6]
     for r in rows:
-        mode = r["mode"] + (f" n_sync {r['n_sync']}" if r["mode"] == "local" else "")
+        mode = r["mode"] + (f" n_sync {r['n_sync']}" if r["mode"] in LOCAL_MODES else "")
         lines.append(f"| {r['link_rate']} | {mode} | {r['workers']} | {r['images_per_sec']:.1f} | "
                      f"{r['efficiency']:.0%} | {r['communication_share']:.0%} |")
     if checked:
@@ -204,7 +204,7 @@ def _plot(rows: list[dict], path: str) -> None:
     for r in rows:
         lines.setdefault((r["link_rate"], r["mode"], r["n_sync"]), []).append(r)
     for (rate, mode, n_sync), points in lines.items():
-        label = f"{mode}{f' n_sync {n_sync}' if mode == 'local' else ''}, {rate}"
+        label = f"{mode}{f' n_sync {n_sync}' if mode in LOCAL_MODES else ''}, {rate}"
         ax.plot([p["workers"] for p in points], [p["images_per_sec"] for p in points],
                 marker="o", label=label)
     ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="images/sec (all workers)",

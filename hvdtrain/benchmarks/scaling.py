@@ -6,6 +6,7 @@ import math
 from typing import Sequence
 
 from hvdtrain.averaging import is_local_sync_step
+from hvdtrain.config import LOCAL_MODES
 from hvdtrain.stats import mean_ci95
 
 
@@ -52,10 +53,11 @@ def rounded_steps(steps: int, n_sync: int | None) -> int:
 
 def exchanges_in(mode: str, first_step: int, steps: int, n_sync: int | None, workers: int) -> int:
     """Allreduce rounds among steps first_step..first_step+steps-1 (1-based): every step in
-    sync mode, every n_sync-th in local mode, none when working independently or alone."""
+    sync mode, every n_sync-th in local and async mode, none when working independently or
+    alone."""
     if workers == 1 or mode == "independent":
         return 0
-    if mode == "local":
+    if mode in LOCAL_MODES:
         return sum(is_local_sync_step(s, n_sync) for s in range(first_step, first_step + steps))
     return steps
 

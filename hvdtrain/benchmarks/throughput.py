@@ -23,12 +23,12 @@ import tensorflow as tf
 from hvdtrain import comm
 from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
                                          rounded_steps, worker_throughput)
-from hvdtrain.benchmarks.timing import StepTimer, all_workers, seconds_per_call
-from hvdtrain.config import DEFAULT_BUCKET_MB, load_config, parse_shape
+from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
+from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_shape
+from hvdtrain.errors import ConfigError
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import ModelStateAverager, variable_bytes
 
-MODES = ("sync", "local", "independent", "horovod")
 DATASET_OF = {"device": "synthetic-device", "host": "synthetic"}
 
 
@@ -50,20 +50,22 @@ class Setup:
     fp16_allreduce: bool = False
     bucket_mb: float = DEFAULT_BUCKET_MB
     data: str = "device"   # one batch kept on the worker's device, or "host": a tf.data pipeline
+    slow_rank: int | None = None  # this worker's steps run slow_factor times slower
+    slow_factor: float = 1.0
 
     @property
     def label(self) -> str:
-        return f"local, n_sync {self.n_sync}" if self.mode == "local" else self.mode
+        return f"{self.mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else self.mode
 
 
 def _train_config(setup: Setup, total_steps: int, out: str):
-    mode = "sync" if setup.mode == "sync" else "local"
+    mode = setup.mode if setup.mode in ("sync", "async") else "local"
     # Independent workers: local SGD whose first round would come after the last step.
-    n_sync = setup.n_sync if setup.mode == "local" else total_steps + 1
+    n_sync = setup.n_sync if setup.mode in LOCAL_MODES else total_steps + 1
     return load_config(None, dict(
         model=setup.model, dataset=DATASET_OF[setup.data], synthetic_shape=setup.shape,
         batch_size=setup.batch_size, epochs=1, steps_per_epoch=total_steps, seed=setup.seed,
-        mode=mode, **({"n_sync": n_sync} if mode == "local" else {}),
+        mode=mode, **({"n_sync": n_sync} if mode in LOCAL_MODES else {}),
         # Random labels: a small constant rate keeps every model finite.
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
@@ -86,20 +88,25 @@ def measure(setup: Setup) -> dict:
     from hvdtrain.training.runner import train
 
     keras.backend.clear_session()
-    steps = rounded_steps(setup.steps, setup.n_sync if setup.mode == "local" else None)
+    steps = rounded_steps(setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
     total_steps = setup.warmup_steps + steps
     timer = StepTimer(setup.warmup_steps)
+    if setup.slow_rank is not None and setup.slow_rank >= comm.size():
+        raise ConfigError(f"--slow-rank {setup.slow_rank}:{setup.slow_factor:g} names a rank "
+                          f"this {comm.size()}-worker job does not have")
+    callbacks = [timer] if setup.slow_rank is None else [
+        SlowerSteps(setup.slow_rank, setup.slow_factor), timer]
     scratch = tempfile.mkdtemp(prefix="hvdtrain-bench-")
     try:
         if setup.mode == "horovod":
             from hvdtrain.benchmarks import plain_horovod
 
             model = plain_horovod.train(setup.model, parse_shape(setup.shape), setup.batch_size,
-                                        total_steps, setup.seed, callbacks=[timer],
+                                        total_steps, setup.seed, callbacks=callbacks,
                                         on_device=setup.data == "device")
         else:
             model = train(_train_config(setup, total_steps, os.path.join(scratch, "run")),
-                          verbose=0, extra_callbacks=(timer,)).model
+                          verbose=0, extra_callbacks=tuple(callbacks)).model
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -107,7 +114,7 @@ def measure(setup: Setup) -> dict:
     rates = worker_throughput(all_workers(timer.step_seconds), setup.window, setup.batch_size)
     exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync, workers)
     gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
-    if setup.mode == "local":
+    if setup.mode in LOCAL_MODES:
         averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
         exchange_bytes, exchange = averager.payload_bytes, averager.average
     else:

@@ -37,6 +37,46 @@ class StepTimer(keras.callbacks.Callback):
         return np.diff(self._stamps).tolist()
 
 
+class SlowerSteps(keras.callbacks.Callback):
+    """Make worker `rank`'s training steps `factor` times slower, as a slower GPU or a noisy
+    neighbour would: after each step's compiled function it sleeps (factor − 1) times what
+    that function took. Rounds and other callbacks are not slowed, only the step itself.
+
+    On a machine whose workers share the cores, the sleeping worker leaves its core to
+    the others, which then run faster than they would beside a truly slower GPU. On a
+    GPU the function returns once the step is queued, so the sleep falls short.
+    """
+
+    def __init__(self, rank: int, factor: float, clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep):
+        super().__init__()
+        if factor < 1:
+            raise ValueError(f"factor must be at least 1, got {factor}")
+        self.rank, self.factor = rank, factor
+        self._clock, self._sleep = clock, sleep
+        self._keras_step = None
+
+    def on_train_begin(self, logs=None):
+        if comm.rank() != self.rank or self.factor == 1:
+            return
+        step, factor, clock, sleep = self.model.train_function, self.factor, self._clock, self._sleep
+        self._keras_step = step
+
+        def slower_step(iterator):
+            start = clock()
+            logs = step(iterator)
+            sleep((factor - 1) * (clock() - start))
+            return logs
+
+        # Keras looks the function up at every step, and makes it again only when forced.
+        self.model.train_function = slower_step
+
+    def on_train_end(self, logs=None):
+        # Keras keeps the function between fits: a later fit would wrap the wrapper.
+        if self._keras_step is not None:
+            self.model.train_function, self._keras_step = self._keras_step, None
+
+
 def all_workers(values: list[float]) -> list[list[float]]:
     """Every worker's list (all of the same length), on every worker."""
     table = np.zeros((comm.size(), len(values)))

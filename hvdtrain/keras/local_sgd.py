@@ -31,6 +31,7 @@ import keras
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
+from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
                                   broadcast_model_state, broadcast_variables, build_optimizer)
 from hvdtrain.progress import TrainingProgress, executed_steps
@@ -54,13 +55,20 @@ class LocalSGD(keras.callbacks.Callback):
       outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov".
       outer_lr, outer_momentum: alpha and beta of the outer update.
       broadcast_initial_state: start every worker from rank 0's state.
+      overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
+        `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
+        progress since the round began, and waits only when a round outlasts the
+        steps between rounds. Needs `outer_optimizer="none"`. Rounds at epoch ends,
+        before evaluation and at the end of training still block, so the model
+        evaluated and saved is the consensus model.
       progress: the run's `TrainingProgress`, when another callback placed before
         this one advances it (hvdtrain's trainer does); by default this callback
         keeps its own step count.
 
     Epoch logs gain `averaging_rounds` (rounds so far) and `divergence` (mean L2
     distance of a worker's weights from the average just before each local round
-    this epoch). A round also runs before evaluation, at each epoch end and at the
+    this epoch; an overlapped round gives this worker's own distance, which
+    `MetricAverage` then averages). A round also runs before evaluation, at each epoch end and at the
     end of training, so what is evaluated and saved is the consensus model.
 
     With `steps_per_execution` > 1 Keras reports several steps per batch callback:
@@ -72,9 +80,13 @@ class LocalSGD(keras.callbacks.Callback):
                  average_optimizer_state: bool = False, outer_optimizer: str = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
-                 warm_start: str = "sync", progress: TrainingProgress | None = None):
+                 warm_start: str = "sync", progress: TrainingProgress | None = None,
+                 overlap: bool = False):
         super().__init__()
         _check_arguments(n_sync, warm_start_steps, warm_start, outer_optimizer)
+        if overlap and outer_optimizer != "none":
+            raise ValueError(f"LocalSGD(overlap=True) takes the plain average, got "
+                             f"outer_optimizer={outer_optimizer!r}")
         self.n_sync = n_sync
         self.warm_start_steps = warm_start_steps
         self.warm_start = warm_start
@@ -86,7 +98,9 @@ class LocalSGD(keras.callbacks.Callback):
         self.fp16_allreduce = fp16_allreduce
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress()
+        self.overlap = overlap
         self.averager: ModelStateAverager | None = None
+        self._overlapped: OverlappedRounds | None = None
         self._begin = 0
         self._epoch_distances: list[float] = []
 
@@ -109,6 +123,8 @@ class LocalSGD(keras.callbacks.Callback):
                 model, trainable=True, statistics=self.average_bn_stats,
                 optimizer_state=self.average_optimizer_state, outer=self.outer,
                 fp16_allreduce=self.fp16_allreduce)
+            if self.overlap:
+                self._overlapped = OverlappedRounds(self.averager)
         return self.averager
 
     def on_train_begin(self, logs=None):
@@ -127,6 +143,8 @@ class LocalSGD(keras.callbacks.Callback):
         self.progress.steps = int(optimizer.iterations.numpy())
         self.progress.consensus_step = self.progress.steps
         averager.trace(apply_outer=True)
+        if self._overlapped is not None:
+            self._overlapped.trace()
         if self.progress.steps < self.warm_start_steps:
             averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
         if has_gradient_averaging(optimizer):
@@ -149,19 +167,49 @@ class LocalSGD(keras.callbacks.Callback):
             self._round(warm_start=False)
 
     def _round(self, warm_start: bool) -> None:
+        if self._overlapped is not None and not warm_start:
+            self._overlapped_round()
+        else:
+            self._blocking_round(warm_start)
+
+    def _blocking_round(self, warm_start: bool) -> None:
         # After a synchronous warm start only the BatchNorm statistics differ; after a
         # one-worker warm start everything but rank 0's state is thrown away.
         distance = self.averager.average(apply_outer=not warm_start,
                                          take_chief=warm_start and self.warm_start == "single")
         if not warm_start:
             self._epoch_distances.append(distance)
-        self.progress.averaging_rounds += 1
-        self.progress.state_bytes += self.averager.bytes_per_round
+        self._count_round()
         self.progress.consensus_step = self.progress.steps
 
+    def _overlapped_round(self) -> None:
+        """Apply the round in flight, then start the next one from the state that gives;
+        the workers are not in consensus until a blocking round."""
+        self._finish_overlapped()
+        self._overlapped.start(self.progress.steps)
+        self._count_round()
+
+    def _finish_overlapped(self) -> None:
+        distance = self._overlapped.finish() if self._overlapped is not None else None
+        if distance is not None:
+            self._epoch_distances.append(distance)
+
+    def _count_round(self) -> None:
+        self.progress.averaging_rounds += 1
+        self.progress.state_bytes += self.averager.bytes_per_round
+
     def _sync_pending(self) -> None:
+        """One blocking round unless the workers already agree (a round in flight is
+        applied first)."""
+        if self._overlapped is not None and self._overlapped.in_flight:
+            started_at = self._overlapped.started_at
+            self._finish_overlapped()
+            if started_at == self.progress.steps:
+                # Nothing moved since its snapshot: every worker now holds its mean.
+                self.progress.consensus_step = self.progress.steps
         if self.averager is not None and not self.progress.in_consensus:
-            self._round(warm_start=self.progress.steps <= self.warm_start_steps)
+            # Blocking in overlapped mode too: the caller needs the consensus model now.
+            self._blocking_round(warm_start=self.progress.steps <= self.warm_start_steps)
 
     def on_test_begin(self, logs=None):
         self._sync_pending()
@@ -175,7 +223,16 @@ class LocalSGD(keras.callbacks.Callback):
         self._epoch_distances = []
 
     def on_train_end(self, logs=None):
-        self._sync_pending()
+        try:
+            self._sync_pending()
+        finally:
+            self.abandon_rounds()
+
+    def abandon_rounds(self) -> None:
+        """Stop the overlapped rounds' thread, dropping a round in flight: for a fit that
+        raised, which Keras ends without `on_train_end`."""
+        if self._overlapped is not None:
+            self._overlapped.abandon()
 
 
 def _check_arguments(n_sync, warm_start_steps, warm_start: str, outer_optimizer: str) -> None:

@@ -46,6 +46,12 @@ def batch_norm_statistics(model: keras.Model) -> list[tuple]:
     return pairs
 
 
+def _is_running_square(variable) -> bool:
+    # Keras 3 names an optimizer's slot after the weight it belongs to and its kind.
+    name = str(getattr(variable, "path", None) or getattr(variable, "name", ""))
+    return name.rsplit("/", 1)[-1].split(":")[0].endswith(("velocity", "velocity_hat", "accumulator"))
+
+
 def read(variables) -> list[tf.Tensor]:
     """The current values of Keras (or TensorFlow) variables, as tensors for `comm`."""
     return [tf.convert_to_tensor(v) for v in variables]
@@ -225,7 +231,7 @@ class ModelStateAverager:
 
     def _average(self, inner_lr, apply_outer: bool, take_chief: bool):
         values = read(self.variables)
-        results = self._exchange(values, take_chief)
+        results = self.exchange(values, take_chief)
         n = len(self.weights)
         distance = tf.constant(0.0)
         if self.weights:
@@ -240,9 +246,19 @@ class ModelStateAverager:
             assign(self.reference[start:], results[start:])
         return distance
 
-    def _exchange(self, values, take_chief: bool) -> list[tf.Tensor]:
-        """The workers' mean of each variable (BatchNorm variances pooled), or with
-        `take_chief` rank 0's value; before any outer step."""
+    @property
+    def non_negative_positions(self) -> list[int]:
+        """Positions in `variables` of values that must stay >= 0 whatever arithmetic a
+        round does on them: BatchNorm moving variances, and the optimizer's running squares
+        (Adam's and RMSprop's velocity, Adagrad's accumulator), of which Adam takes roots."""
+        squares = [i for i, v in enumerate(self.variables) if _is_running_square(v)]
+        return sorted({j for _, j in self._moments} | set(squares))
+
+    def exchange(self, values, take_chief: bool = False,
+                 name: str = "model_state") -> list[tf.Tensor]:
+        """The workers' mean of each of `values` (one per variable; BatchNorm variances
+        pooled), or with `take_chief` rank 0's value; before any outer step. Eager or
+        traced; `name` keys the allreduce across workers."""
         if comm.size() == 1:
             # Nothing to exchange; skipping the encoding keeps a one-worker round a no-op
             # to the bit. Read when traced, like the rank below.
@@ -257,7 +273,7 @@ class ModelStateAverager:
             received = comm.total([t * tf.constant(share, t.dtype) for t in sent],
                                   name="model_state_from_chief", fp16=self.fp16_allreduce)
         else:
-            received = comm.average(sent, name="model_state", fp16=self.fp16_allreduce)
+            received = comm.average(sent, name=name, fp16=self.fp16_allreduce)
         return _decode(received, reference, moments)
 
     def _outer_update(self, means, inner_lr, apply_outer: bool) -> list:

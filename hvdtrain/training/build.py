@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from hvdtrain.config import TrainConfig
+from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.local_sgd import LocalSGD
@@ -55,14 +55,14 @@ def use_world(model: keras.Model, world: World) -> None:
 def state_callback(cfg: TrainConfig, model: keras.Model,
                    progress: TrainingProgress) -> LocalSGD | AverageModelStatistics:
     """What keeps the workers' states together beyond gradients, attached to `model`."""
-    if cfg.mode == "local":
+    if cfg.mode in LOCAL_MODES:
         callback = LocalSGD(
             cfg.n_sync, cfg.warm_start_steps, warm_start=cfg.warm_start,
             average_bn_stats=cfg.average_bn_stats,
             average_optimizer_state=cfg.average_optimizer_state,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
-            progress=progress)
+            overlap=cfg.mode == "async", progress=progress)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.

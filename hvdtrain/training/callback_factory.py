@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import TrainConfig, parse_interval
+from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval
 from hvdtrain.keras.callbacks import BroadcastInitialState, MetricAverage
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training import run_folder
@@ -54,7 +54,7 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
                   state_sync: keras.callbacks.Callback, checkpointer: Checkpointer,
                   extra: tuple[keras.callbacks.Callback, ...] = ()) -> RunCallbacks:
     throughput = ThroughputMeter(cfg.batch_size)
-    one_worker_warm_start = cfg.mode == "local" and cfg.warm_start == "single"
+    one_worker_warm_start = cfg.mode in LOCAL_MODES and cfg.warm_start == "single"
     step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start_time, progress,
                        chief_only_steps=cfg.warm_start_steps if one_worker_warm_start else 0)
     broadcast = [BroadcastInitialState()] if cfg.mode == "sync" else []

@@ -156,6 +156,8 @@ def _fit(run: Run, verbose: int | None) -> None:
         with contextlib.ExitStack() as stack:
             if run.callbacks.watchdog:  # a fit that raises gets no on_train_end to disarm it
                 stack.callback(run.callbacks.watchdog.close)
+            if hasattr(run.state_sync, "abandon_rounds"):  # nor one to stop its rounds
+                stack.callback(run.state_sync.abandon_rounds)
             fitted = _fit_phase(run, phase, first_step, verbosity)
         for key, values in fitted.history.items():
             run.history.setdefault(key, []).extend(values)

@@ -8,7 +8,7 @@ from typing import Any
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import TrainConfig
+from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
@@ -41,7 +41,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "peak_lr": world.schedule.peak_lr,
         "parameters": int(model.count_params()),
         "model_parallel": cfg.model_parallel,
-        "n_sync": cfg.n_sync if cfg.mode == "local" else 1,
+        "n_sync": cfg.n_sync if cfg.mode in LOCAL_MODES else 1,
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
         "gradient_steps_averaged": gradient_steps,

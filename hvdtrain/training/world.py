@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvdtrain import comm
-from hvdtrain.config import TrainConfig
+from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.progress import TrainingProgress, epoch_length
@@ -45,7 +45,7 @@ def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None
         steps_per_epoch(num_train, workers, cfg.batch_size)  # a batch must fit in a shard
     examples = epoch_length(num_train, cfg.steps_per_epoch, cfg.batch_size * workers)
     total_steps = cfg.epochs * examples // (cfg.batch_size * workers)
-    if cfg.mode == "local" and cfg.warm_start_steps >= total_steps:
+    if cfg.mode in LOCAL_MODES and cfg.warm_start_steps >= total_steps:
         raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
                           f"in a run of {total_steps} steps")
     return examples

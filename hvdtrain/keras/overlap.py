@@ -1,0 +1,113 @@
+"""Averaging rounds that run behind training (CoCoD-SGD, Shen et al. 2019).
+
+A round snapshots the state and hands its allreduce to a background thread; training
+goes on. At the next round the worker collects the mean and takes
+`averaging.delayed_average_update`, then starts the next round from its new state.
+It waits only when a round outlasts the steps between two rounds; a worker that is
+slower every step still sets the pace, since a round completes only once every worker
+has started it.
+
+Horovod matches collectives across workers by tensor name. The round runs as a traced
+function, because only a graph op keeps the name it is given (eagerly, Horovod's op is
+named after its type and the tensor count, and could meet another eager collective of
+the training thread under the same name). With one round in flight at most, one name
+serves them all. TensorFlow releases the GIL while a graph runs, so the round and the
+training step do not hold each other up.
+
+Memory: a round in flight holds the snapshot and, at its end, the means: about two
+more copies of the averaged state.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import tensorflow as tf
+
+from hvdtrain import comm
+from hvdtrain.averaging import delayed_average_update
+from hvdtrain.keras.state import ModelStateAverager, assign, read
+
+ROUND_NAME = "model_state_overlapped"
+
+
+class OverlappedRounds:
+    """At most one averaging round in flight for `averager`'s variables."""
+
+    def __init__(self, averager: ModelStateAverager):
+        if averager.outer is not None:
+            raise ValueError("overlapped rounds take the plain average: an outer optimizer "
+                             "(SlowMo, Nesterov) needs every worker at the round's result")
+        self.averager = averager
+        self.started_at: int | None = None  # the step the round in flight started after
+        self._pool: ThreadPoolExecutor | None = None
+        self._snapshot: list[tf.Tensor] | None = None
+        self._future: Future | None = None
+        self._round_fn = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self._future is not None
+
+    def trace(self) -> None:
+        """Build the round's graph now, so the first round does not stall on tracing."""
+        if self._round_fn is None and comm.size() > 1 and self.averager.variables:
+            signature = [tf.TensorSpec(v.shape, tf.as_dtype(v.dtype))
+                         for v in self.averager.variables]
+            self._round_fn = tf.function(self._mean_and_distance, input_signature=[signature])
+            self._round_fn.get_concrete_function()
+
+    def start(self, step: int) -> None:
+        """Snapshot the state after `step` and start averaging it in the background."""
+        if self.in_flight:
+            raise RuntimeError("a round is already in flight: finish it first")
+        if comm.size() == 1 or not self.averager.variables:
+            return  # nothing to average; x <- s + (x - s) would only round x
+        self.trace()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="hvdtrain-round")
+        # Reads are values: the optimizer's next update writes a new buffer, not this one.
+        self._snapshot = read(self.averager.variables)
+        self._future = self._pool.submit(self._round_fn, self._snapshot)
+        self.started_at = step
+
+    def finish(self) -> float | None:
+        """Wait for the round in flight, if any, and apply it; returns this worker's L2
+        distance of its snapshot weights from their mean (None when nothing was in flight)."""
+        if not self.in_flight:
+            return None
+        try:
+            means, distance = self._future.result()  # a failed allreduce raises here
+        finally:
+            snapshot, self._snapshot, self._future = self._snapshot, None, None
+        variables = self.averager.variables
+        updated = [delayed_average_update(x, s, m)
+                   for x, s, m in zip(read(variables), snapshot, means)]
+        for j in self.averager.non_negative_positions:
+            updated[j] = tf.maximum(updated[j], 0.0)  # a variance stays a variance
+        assign(variables, updated)
+        if self.averager.reference is not None:
+            # fp16 rounds send the change from a state every worker holds: this mean is one.
+            assign(self.averager.reference, means)
+        return float(distance)
+
+    def _mean_and_distance(self, snapshot):
+        means = self.averager.exchange(snapshot, name=ROUND_NAME)
+        n = len(self.averager.weights)
+        squared = [tf.reduce_sum(tf.square(s - m)) for s, m in zip(snapshot[:n], means[:n])]
+        return means, tf.sqrt(tf.add_n(squared)) if squared else tf.constant(0.0)
+
+    def close(self) -> None:
+        """Apply any round in flight and stop the thread."""
+        try:
+            self.finish()
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Stop without applying: after a failed fit, whose state is not kept anyway. A
+        round already on the wire finishes (or fails) on its own."""
+        self._snapshot = self._future = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
