@@ -159,7 +159,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     bin_dir = os.path.dirname(sys.executable)
     result = subprocess.run(
         [os.path.join(bin_dir, "hvdtrain"), "bench", "--model", "lenet", "--batch-size", "32",
-         "--workers", "1,2", "--modes", "sync,local,independent,horovod", "--n-sync", "4",
+         "--workers", "1,2", "--modes", "sync,local,async,independent,horovod", "--n-sync", "4",
          "--steps", "12", "--warmup-steps", "3", "--window", "4", "--repeats", "2",
          "--out", str(out)],
         capture_output=True, text=True, timeout=600,
@@ -168,7 +168,8 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     report = json.loads((out / "bench.json").read_text())
     rows = report["rows"]
     assert [(r["workers"], r["label"]) for r in rows] == [
-        (w, label) for w in (1, 2) for label in ("sync", "local, n_sync 4", "independent", "horovod")]
+        (w, label) for w in (1, 2)
+        for label in ("sync", "local, n_sync 4", "async, n_sync 4", "independent", "horovod")]
     for row in rows:
         assert row["total_images_per_sec"] > 0 and row["total_ci95"] >= 0
         assert row["total_images_per_sec"] == pytest.approx(
@@ -181,16 +182,18 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     assert by[(2, "sync")]["bytes_per_step"] == by[(2, "horovod")]["bytes_per_step"] == gradient_bytes
     # One round of weights every 4 steps; nothing without a peer or without rounds.
     assert by[(2, "local")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
+    assert by[(2, "async")]["bytes_per_step"] == by[(2, "local")]["bytes_per_step"]
     assert by[(2, "sync")]["communication_share"] > 0
     assert by[(2, "independent")]["bytes_per_step"] == by[(1, "sync")]["bytes_per_step"] == 0
-    assert all(by[(1, m)]["speedup"] == 1.0 for m in ("sync", "local", "independent", "horovod"))
+    assert all(by[(1, m)]["speedup"] == 1.0
+               for m in ("sync", "local", "async", "independent", "horovod"))
     assert by[(2, "sync")]["efficiency"] == pytest.approx(by[(2, "sync")]["speedup"] / 2)
     assert set(report["horovod_reference_over_sync"]) == {"1", "2"}
     assert set(report["horovod_reference_over_sync"]["2"]) == {"overhead", "ci95"}
     assert report["machine"]["cpus"] >= 1 and report["machine"]["horovod"] == "0.28.1"
     with open(out / "bench.csv", newline="") as fh:
         table = list(csv.DictReader(fh))
-    assert len(table) == 8 and float(table[4]["total_images_per_sec"]) > 0
+    assert len(table) == 10 and float(table[5]["total_images_per_sec"]) > 0
     assert "| lenet | local, n_sync 4 | 2 |" in result.stdout
 
 
@@ -200,9 +203,11 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
 
     out = tmp_path / "bench"
     horovodrun("hvdtrain", "bench", "--modes", "sync,local", "--n-sync", "2", "--steps", "4",
-               "--warmup-steps", "2", "--window", "2", "--batch-size", "16", "--out", str(out))
+               "--warmup-steps", "2", "--window", "2", "--batch-size", "16", "--slow-rank", "1:2",
+               "--out", str(out))
     rows = json.loads((out / "bench.json").read_text())["rows"]
     assert [(r["workers"], r["label"]) for r in rows] == [(2, "sync"), (2, "local, n_sync 2")]
+    assert all((r["slow_rank"], r["slow_factor"]) == (1, 2.0) for r in rows)
     assert rows[1]["exchanges_timed"] == 2 and rows[0]["exchanges_timed"] == 4
     # Asking for another size than horovodrun started is one clear line on every rank.
     wrong = horovodrun("hvdtrain", "bench", "--workers", "4", "--out", str(tmp_path / "x"),
