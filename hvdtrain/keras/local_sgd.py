@@ -68,8 +68,9 @@ class LocalSGD(keras.callbacks.Callback):
     Epoch logs gain `averaging_rounds` (rounds so far) and `divergence` (mean L2
     distance of a worker's weights from the average just before each local round
     this epoch; an overlapped round gives this worker's own distance, which
-    `MetricAverage` then averages). A round also runs before evaluation, at each epoch end and at the
-    end of training, so what is evaluated and saved is the consensus model.
+    `MetricAverage` then averages). A round also runs before evaluation, at each epoch
+    end and at the end of training, so what is evaluated and saved is the consensus
+    model.
 
     With `steps_per_execution` > 1 Keras reports several steps per batch callback:
     they are all counted, and a round falls due at the end of the execution in which
