@@ -27,16 +27,16 @@ DESCRIPTION = """\
 Training throughput of one model on random images: by default one batch per worker,
 made once and kept on its device (as tf_cnn_benchmarks does; --host-data feeds them
 through an in-memory tf.data pipeline instead), so only the model, the optimizer and
-the communication are measured. Every setup trains through
-the same code as `hvdtrain train`; the first --warmup-steps steps are not timed.
-Reports images/sec per worker and in total (mean and 95% interval: over windows of
---window steps, or over --repeats measurements taken in turn), the share of a step
-spent in allreduce (the exchange timed on its own once training stops, times the
-exchanges per step; in async mode that is what a blocking exchange would cost, not what
-the workers waited), and bytes allreduced per step. Modes: sync (gradients averaged every step); local (weights averaged every
---n-sync steps; one setup per value); async (as local, with each round's allreduce
-running behind the next steps); independent (no communication at all: the
-upper limit); horovod (a bare Horovod + model.fit script: a train_step that
+the communication are measured. Every setup trains through the same code as `hvdtrain
+train`; the first --warmup-steps steps are not timed. Reports images/sec per worker
+and in total (mean and 95% interval: over windows of --window steps, or over --repeats
+measurements taken in turn), the share of a step spent in allreduce (the exchange
+timed on its own once training stops, times the exchanges per step; in async mode that
+is what a blocking exchange would cost, not what the workers waited), and bytes
+allreduced per step. Modes: sync (gradients averaged every step); local (weights
+averaged every --n-sync steps; one setup per value); async (as local, with each
+round's allreduce running behind the next steps); independent (no communication at
+all: the upper limit); horovod (a bare Horovod + model.fit script: a train_step that
 allreduces each gradient, the reference for hvdtrain's own overhead).
 
 Without horovodrun around it, it starts one job per --workers value (horovodrun
