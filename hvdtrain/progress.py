@@ -28,6 +28,9 @@ class TrainingProgress:
       sends nothing and adds nothing.
     - `consensus_step`: the step after which all workers last held the same state, or
       None when they always do (synchronous training).
+    - `round_seconds`: wall time this worker's training thread spent in averaging rounds
+      in this process: blocking rounds whole; overlapped ones taking their snapshot and
+      waiting for the round in flight. Not kept by checkpoints: it times this process.
     """
 
     epoch_examples: int = 0   # 0: not known (a Keras layer used on its own)
@@ -36,6 +39,7 @@ class TrainingProgress:
     averaging_rounds: int = 0
     state_bytes: int = 0
     consensus_step: int | None = None
+    round_seconds: float = 0.0
 
     def advance(self, steps: int, global_batch: int = 0) -> None:
         self.steps += steps

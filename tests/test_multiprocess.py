@@ -148,6 +148,7 @@ def test_summary_reports_the_run(trained):
     # Every step averaged every gradient: 61,706 float32 parameters.
     assert summary["gradient_steps_averaged"] == 16 and summary["averaging_rounds"] == 0
     assert summary["bytes_allreduced"] == 16 * 61_706 * 4
+    assert summary["round_seconds"] == 0.0  # no state-averaging rounds in sync mode
 
 
 def test_gradient_groups_change_how_gradients_travel_not_what_is_learned(trained):
@@ -191,6 +192,7 @@ def test_local_sgd_counts_rounds_and_bytes(trained):
     gradient_bytes = 61_706 * 4
     summary = results["plain_local3"][0]["summary"]
     assert summary["averaging_rounds"] == len(sync_points(8, 8, 3)) == 3
+    assert summary["round_seconds"] > 0.0  # the rounds' time is counted
     assert summary["bytes_allreduced"] == expected_bytes_allreduced(
         "local", 8, 8, 3, 0, gradient_bytes, gradient_bytes, 0)
     assert results["plain_sync"][0]["summary"]["bytes_allreduced"] == 8 * gradient_bytes

@@ -26,6 +26,8 @@ averages", for the measurement behind that default).
 
 from __future__ import annotations
 
+import time
+
 import keras
 
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
@@ -168,10 +170,12 @@ class LocalSGD(keras.callbacks.Callback):
             self._round(warm_start=False)
 
     def _round(self, warm_start: bool) -> None:
+        start = time.perf_counter()
         if self._overlapped is not None and not warm_start:
             self._overlapped_round()
         else:
             self._blocking_round(warm_start)
+        self.progress.round_seconds += time.perf_counter() - start
 
     def _blocking_round(self, warm_start: bool) -> None:
         # After a synchronous warm start only the BatchNorm statistics differ; after a
@@ -202,6 +206,7 @@ class LocalSGD(keras.callbacks.Callback):
     def _sync_pending(self) -> None:
         """One blocking round unless the workers already agree (a round in flight is
         applied first)."""
+        start = time.perf_counter()
         if self._overlapped is not None and self._overlapped.in_flight:
             started_at = self._overlapped.started_at
             self._finish_overlapped()
@@ -211,6 +216,7 @@ class LocalSGD(keras.callbacks.Callback):
         if self.averager is not None and not self.progress.in_consensus:
             # Blocking in overlapped mode too: the caller needs the consensus model now.
             self._blocking_round(warm_start=self.progress.steps <= self.warm_start_steps)
+        self.progress.round_seconds += time.perf_counter() - start
 
     def on_test_begin(self, logs=None):
         self._sync_pending()

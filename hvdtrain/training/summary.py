@@ -45,6 +45,8 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
         "gradient_steps_averaged": gradient_steps,
+        # Seconds rank 0's training thread spent in averaging rounds, in this process.
+        "round_seconds": progress.round_seconds,
         # What this worker handed to allreduce: gradients on averaged steps, model state
         # in averaging rounds (none in rounds held with one worker).
         "bytes_allreduced": gradient_steps * gradient_bytes + progress.state_bytes,
