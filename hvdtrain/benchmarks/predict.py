@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import asdict, replace
+from statistics import fmean
 
 from hvdtrain import files
 from hvdtrain.benchmarks.links import parse_rate
@@ -61,7 +62,7 @@ def add_parser(commands) -> None:
 def independent_compute(bench: dict) -> float | None:
     """Seconds of a step without communication: the mean over the independent rows."""
     alone = [r["step_seconds"] for r in bench["rows"] if r["mode"] == "independent"]
-    return sum(alone) / len(alone) if alone else None
+    return fmean(alone) if alone else None
 
 
 def workload(bench: dict, overlap: float, floor: bool = True) -> Workload:
@@ -92,17 +93,12 @@ def _floors(bench: dict, compute: float) -> dict:
     local = [r for r in timed if r["mode"] in LOCAL_MODES]
     if not sync or not local:
         return {}
-    gradient_floor = _mean(r["seconds_per_exchange"] for r in sync)
+    gradient_floor = fmean(r["seconds_per_exchange"] for r in sync)
     return {"gradient_floor": gradient_floor,
-            "state_floor": _mean(r["seconds_per_exchange"] for r in local),
-            "sync_extra": max(0.0, _mean(r["step_seconds"] for r in sync) - compute
+            "state_floor": fmean(r["seconds_per_exchange"] for r in local),
+            "sync_extra": max(0.0, fmean(r["step_seconds"] for r in sync) - compute
                               - gradient_floor),
             "floor_workers": sync[0]["workers"]}
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
 
 
 def _setups(bench: dict) -> list[tuple[str, int]]:

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import delayed_average_update
-from hvdtrain.keras.state import ModelStateAverager, assign, read
+from hvdtrain.keras.state import ModelStateAverager, assign, read, weight_distance
 
 ROUND_NAME = "model_state_overlapped"
 
@@ -94,8 +94,7 @@ class OverlappedRounds:
     def _mean_and_distance(self, snapshot):
         means = self.averager.exchange(snapshot, name=ROUND_NAME)
         n = len(self.averager.weights)
-        squared = [tf.reduce_sum(tf.square(s - m)) for s, m in zip(snapshot[:n], means[:n])]
-        return means, tf.sqrt(tf.add_n(squared)) if squared else tf.constant(0.0)
+        return means, weight_distance(snapshot[:n], means[:n])
 
     def close(self) -> None:
         """Apply any round in flight and stop the thread."""

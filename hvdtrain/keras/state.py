@@ -57,6 +57,12 @@ def read(variables) -> list[tf.Tensor]:
     return [tf.convert_to_tensor(v) for v in variables]
 
 
+def weight_distance(weights, means) -> tf.Tensor:
+    """L2 distance of one worker's weights (all tensors together) from their mean."""
+    squared = [tf.reduce_sum(tf.square(w - m)) for w, m in zip(weights, means)]
+    return tf.sqrt(tf.add_n(squared)) if squared else tf.constant(0.0)
+
+
 def assign(variables, values) -> None:
     for variable, value in zip(variables, values):
         variable.assign(value)
@@ -235,8 +241,8 @@ class ModelStateAverager:
         n = len(self.weights)
         distance = tf.constant(0.0)
         if self.weights:
-            squared = [tf.reduce_sum(tf.square(w - m)) for w, m in zip(values[:n], results[:n])]
-            (distance,) = comm.average([tf.sqrt(tf.add_n(squared))], name="weight_divergence")
+            (distance,) = comm.average([weight_distance(values[:n], results[:n])],
+                                       name="weight_divergence")
         if self.anchor is not None:
             results[:n] = self._outer_update(results[:n], inner_lr, apply_outer)
         assign(self.variables, results)
