@@ -69,6 +69,17 @@ def total(tensors: Sequence[tf.Tensor], name: str | None = None,
     return list(hvd.grouped_allreduce(tensors, op=hvd.Sum, name=name, compression=compression))
 
 
+def gather_rows(rows: tf.Tensor, name: str | None = None) -> list[tf.Tensor]:
+    """Every worker's `rows` (a tensor whose first axis may differ between workers), in
+    rank order, on every worker. Eager only."""
+    if hvd.size() == 1:
+        return [rows]
+    counts = hvd.allgather(tf.reshape(tf.shape(rows, out_type=tf.int64)[:1], [1]),
+                           name=None if name is None else name + "_counts")
+    gathered = hvd.allgather(rows, name=name)
+    return list(tf.split(gathered, counts.numpy().tolist(), axis=0))
+
+
 def average_scalars(values: Mapping[str, float], name: str = "scalars") -> dict[str, float]:
     """Mean over workers of each named number; every worker must pass the same names."""
     keys = sorted(values)

@@ -86,6 +86,11 @@ class TrainConfig:
                 "(CoCoD-SGD); epoch ends, evaluation and checkpoints wait for one blocking round",
         MODES)
     n_sync: int = _opt(100, "local mode: local steps between two weight averagings")
+    sync_seconds: float | None = _opt(
+        None, "local and async modes: average every this many seconds of each worker's wall "
+              "time instead of every --n-sync steps, so a faster worker takes more steps; an "
+              "epoch then ends at the first round at which the workers together have trained "
+              "its examples (a little over, by less than one period)")
     warm_start_steps: int = _opt(
         0, "local mode: steps of a warm start before going local (see --warm-start)")
     warm_start: str = _opt(
@@ -208,6 +213,8 @@ class TrainConfig:
                 "with --outer-optimizer none")
         if self.mode == "async":
             _check_async(self)
+        if self.sync_seconds is not None:
+            _check_timed(self)
         if self.nesterov and (self.optimizer != "sgd" or self.momentum == 0):
             raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
                               f"got --optimizer {self.optimizer} --momentum {self.momentum}")
@@ -225,6 +232,19 @@ def _check_async(cfg: "TrainConfig") -> None:
     if parse_interval(cfg.checkpoint_every)[0] != "epochs":
         raise ConfigError(f"--mode async checkpoints at epoch ends, where the workers agree; got "
                           f"--checkpoint-every {cfg.checkpoint_every}")
+
+
+def _check_timed(cfg: "TrainConfig") -> None:
+    """Rounds every T seconds: what they need, refused in one line each."""
+    _positive_float(cfg, "sync_seconds")
+    if cfg.mode not in LOCAL_MODES:
+        raise ConfigError(f"--sync-seconds needs --mode local or async, got --mode {cfg.mode}")
+    if cfg.elastic:
+        raise ConfigError("--sync-seconds does not work with --elastic: the workers' steps "
+                          "differ, and a commit needs them at the same one")
+    if parse_interval(cfg.checkpoint_every)[0] != "epochs":
+        raise ConfigError(f"--sync-seconds checkpoints at epoch ends, where the workers agree; "
+                          f"got --checkpoint-every {cfg.checkpoint_every}")
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

@@ -31,6 +31,11 @@ class TrainingProgress:
     - `round_seconds`: wall time this worker's training thread spent in averaging rounds
       in this process: blocking rounds whole; overlapped ones taking their snapshot and
       waiting for the round in flight. Not kept by checkpoints: it times this process.
+    - `own_steps`, `own_examples`: what this worker alone trained in this process.
+    - `workers_in_step`: every worker takes the same steps, so the others' examples are
+      known as they happen. Rounds every T seconds (`hvdtrain.timed_rounds`) clear it:
+      `examples` is then what the last round reported plus this worker's own since, and
+      `worker_steps` each worker's `own_steps` as that round reported them.
     """
 
     epoch_examples: int = 0   # 0: not known (a Keras layer used on its own)
@@ -40,10 +45,21 @@ class TrainingProgress:
     state_bytes: int = 0
     consensus_step: int | None = None
     round_seconds: float = 0.0
+    own_steps: int = 0
+    own_examples: int = 0
+    workers_in_step: bool = True
+    worker_steps: tuple[int, ...] = ()
 
-    def advance(self, steps: int, global_batch: int = 0) -> None:
+    def advance(self, steps: int, batch_size: int = 0, workers: int = 1) -> None:
+        """`steps` more of this worker, each of `batch_size` examples per worker."""
         self.steps += steps
-        self.examples += steps * global_batch
+        self.own_steps += steps
+        self.own_examples += steps * batch_size
+        self.examples += steps * batch_size * (workers if self.workers_in_step else 1)
+
+    def steps_by_worker(self, workers: int) -> list[int]:
+        """Steps each worker took in this process (as of the last round, out of step)."""
+        return list(self.worker_steps) if self.worker_steps else [self.own_steps] * workers
 
     @property
     def epoch(self) -> int:
@@ -84,11 +100,12 @@ def steps_to_epoch_end(examples: int, epoch_examples: int, global_batch: int) ->
 
 @dataclass(frozen=True)
 class FitPhase:
-    """One `model.fit` call: epochs [first_epoch, end_epoch) of `steps` steps each."""
+    """One `model.fit` call: epochs [first_epoch, end_epoch) of `steps` steps each (None:
+    until a callback stops it)."""
 
     first_epoch: int
     end_epoch: int
-    steps: int
+    steps: int | None
 
 
 def fit_phases(examples: int, epoch_examples: int, epochs: int,

@@ -27,9 +27,12 @@ averages", for the measurement behind that default).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import keras
+import tensorflow as tf
 
+from hvdtrain import comm
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
@@ -37,6 +40,7 @@ from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
                                   broadcast_model_state, broadcast_variables, build_optimizer)
 from hvdtrain.progress import TrainingProgress, executed_steps
+from hvdtrain.timed_rounds import ReportedCounts, RoundTimer
 
 
 class LocalSGD(keras.callbacks.Callback):
@@ -63,6 +67,17 @@ class LocalSGD(keras.callbacks.Callback):
         steps between rounds. Needs `outer_optimizer="none"`. Rounds at epoch ends,
         before evaluation and at the end of training still block, so the model
         evaluated and saved is the consensus model.
+      sync_seconds: start a round every this many seconds of this worker's wall time
+        instead of every `n_sync` steps (after the warm start), so a faster worker takes
+        more steps between rounds (`hvdtrain.timed_rounds`). An epoch then ends when all
+        workers together have trained `epoch_examples` more examples: the callback stops
+        `fit` at the round that finds so, on every worker at once. Call `fit` once per
+        epoch, on endless data (`dataset.repeat()`) without `steps_per_epoch`. The
+        optimizer's step count follows the job's (examples / global batch) at each round,
+        so a faster worker does not run ahead on the learning-rate schedule.
+      batch_size: examples per step of one worker; needed with `sync_seconds`.
+      epoch_examples: examples of all workers together in one epoch; needed with
+        `sync_seconds` unless `progress` knows it.
       progress: the run's `TrainingProgress`, when another callback placed before
         this one advances it (hvdtrain's trainer does); by default this callback
         keeps its own step count.
@@ -84,12 +99,18 @@ class LocalSGD(keras.callbacks.Callback):
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
                  warm_start: str = "sync", progress: TrainingProgress | None = None,
-                 overlap: bool = False):
+                 overlap: bool = False, sync_seconds: float | None = None,
+                 batch_size: int | None = None, epoch_examples: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
         _check_arguments(n_sync, warm_start_steps, warm_start, outer_optimizer)
         if overlap and outer_optimizer != "none":
             raise ValueError(f"LocalSGD(overlap=True) takes the plain average, got "
                              f"outer_optimizer={outer_optimizer!r}")
+        self.timer = RoundTimer(sync_seconds, clock) if sync_seconds is not None else None
+        if self.timer is not None:
+            _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
+        self.batch_size = batch_size
         self.n_sync = n_sync
         self.warm_start_steps = warm_start_steps
         self.warm_start = warm_start
@@ -100,12 +121,16 @@ class LocalSGD(keras.callbacks.Callback):
         self.broadcast_initial_state = broadcast_initial_state
         self.fp16_allreduce = fp16_allreduce
         self.counts_steps = progress is None  # nobody else advances the progress then
-        self.progress = progress or TrainingProgress()
+        self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.overlap = overlap
         self.averager: ModelStateAverager | None = None
         self._overlapped: OverlappedRounds | None = None
         self._begin = 0
         self._epoch_distances: list[float] = []
+        self._counts: ReportedCounts | None = None  # with sync_seconds
+        self._sum_reports = None
+        self._epoch_end = 0       # the job's examples at which this epoch ends
+        self._stopped_epoch = False
 
     @property
     def rounds(self) -> int:
@@ -127,7 +152,8 @@ class LocalSGD(keras.callbacks.Callback):
                 optimizer_state=self.average_optimizer_state, outer=self.outer,
                 fp16_allreduce=self.fp16_allreduce)
             if self.overlap:
-                self._overlapped = OverlappedRounds(self.averager)
+                self._overlapped = OverlappedRounds(self.averager,
+                                                    reports=self.timer is not None)
         return self.averager
 
     def on_train_begin(self, logs=None):
@@ -153,6 +179,26 @@ class LocalSGD(keras.callbacks.Callback):
         if has_gradient_averaging(optimizer):
             optimizer.averaging_enabled.assign(
                 averages_gradients and self.progress.steps < self.warm_start_steps)
+        if self.timer is not None:
+            self._begin_timed_rounds()
+
+    def _begin_timed_rounds(self) -> None:
+        # Alone, or within the warm start, the workers are in step and count exactly.
+        self.progress.workers_in_step = (comm.size() == 1
+                                         or self.progress.steps < self.warm_start_steps)
+        self._counts = ReportedCounts(self.progress, comm.rank(), comm.size())
+        if self._sum_reports is None:
+            spec = tf.TensorSpec([comm.size() + 1], tf.float64)
+            self._sum_reports = tf.function(
+                lambda report: comm.total([report], name="round_reports")[0],
+                input_signature=[spec])
+        self.timer.restart()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.timer is not None:
+            length = self.progress.epoch_examples
+            self._epoch_end = (self.progress.examples // length + 1) * length
+            self._stopped_epoch = False
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
@@ -160,14 +206,22 @@ class LocalSGD(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         steps = executed_steps(self._begin, batch)
         if self.counts_steps:
-            self.progress.advance(steps)
+            self.progress.advance(steps, self.batch_size or 0, comm.size())
         done = range(self.progress.steps - steps + 1, self.progress.steps + 1)
         if any(is_warm_start_end(step, self.warm_start_steps) for step in done):
             if self.warm_start == "sync":
                 base_optimizer(self.model.optimizer).averaging_enabled.assign(False)
             self._round(warm_start=True)
-        elif any(is_local_sync_step(step, self.n_sync, self.warm_start_steps) for step in done):
-            self._round(warm_start=False)
+            if self.timer is not None:
+                self._begin_timed_rounds()
+        elif self.timer is None:
+            if any(is_local_sync_step(step, self.n_sync, self.warm_start_steps) for step in done):
+                self._round(warm_start=False)
+        elif not self.progress.workers_in_step and self.timer.due():
+            self._timed_round()
+        if self.timer is not None and self.progress.workers_in_step \
+                and self.progress.examples >= self._epoch_end:
+            self._stop_epoch()  # in step, every worker gets here at the same step
 
     def _round(self, warm_start: bool) -> None:
         start = time.perf_counter()
@@ -185,7 +239,43 @@ class LocalSGD(keras.callbacks.Callback):
         if not warm_start:
             self._epoch_distances.append(distance)
         self._count_round()
+        if self._reporting:
+            self._learn(self._sum_reports(tf.constant(self._counts.report())).numpy())
         self.progress.consensus_step = self.progress.steps
+
+    @property
+    def _reporting(self) -> bool:
+        """Whether rounds carry reports: timed rounds, once the workers are out of step."""
+        return self.timer is not None and not self.progress.workers_in_step
+
+    def _timed_round(self) -> None:
+        """A round because T seconds have passed: blocking, or overlapped unless the epoch
+        may have ended by now; a blocking one ends the epoch if the count says so."""
+        start = time.perf_counter()
+        if self._overlapped is not None:
+            self._finish_overlapped()
+        if self._overlapped is not None and not self._counts.epoch_end_due(
+                self._epoch_end, overlapped=True):
+            self._overlapped.start(self.progress.steps, self._counts.report())
+            self._count_round()
+        else:
+            self._blocking_round(warm_start=False)
+            if self._counts.known >= self._epoch_end:
+                self._stop_epoch()
+        self.timer.restart()
+        self.progress.round_seconds += time.perf_counter() - start
+
+    def _learn(self, summed) -> None:
+        """Take in a round's reports; the optimizer's step then follows the job's, so the
+        learning-rate schedule follows the job's progress, not this worker's speed."""
+        self._counts.learn(summed)
+        job_step = self.progress.examples // (self.batch_size * comm.size())
+        base_optimizer(self.model.optimizer).iterations.assign(job_step)
+        self.progress.steps = job_step
+
+    def _stop_epoch(self) -> None:
+        self.model.stop_training = True
+        self._stopped_epoch = True
 
     def _overlapped_round(self) -> None:
         """Apply the round in flight, then start the next one from the state that gives;
@@ -195,13 +285,17 @@ class LocalSGD(keras.callbacks.Callback):
         self._count_round()
 
     def _finish_overlapped(self) -> None:
-        distance = self._overlapped.finish() if self._overlapped is not None else None
-        if distance is not None:
-            self._epoch_distances.append(distance)
+        finished = self._overlapped.finish() if self._overlapped is not None else None
+        if finished is not None:
+            self._epoch_distances.append(finished.distance)
+            if finished.report is not None:
+                self._learn(finished.report)
 
     def _count_round(self) -> None:
         self.progress.averaging_rounds += 1
         self.progress.state_bytes += self.averager.bytes_per_round
+        if self._reporting and comm.size() > 1:
+            self.progress.state_bytes += 8 * (comm.size() + 1)  # the report, float64
 
     def _sync_pending(self) -> None:
         """One blocking round unless the workers already agree (a round in flight is
@@ -222,6 +316,12 @@ class LocalSGD(keras.callbacks.Callback):
         self._sync_pending()
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.timer is not None and not self._stopped_epoch:
+            # The other workers are still in timed rounds: this one cannot join them.
+            raise ValueError(
+                f"LocalSGD(sync_seconds=...): epoch {epoch + 1} ended on this worker's data "
+                f"after {self.progress.examples} of the {self._epoch_end} examples that end it "
+                "for the job; give fit endless data (dataset.repeat()) and no steps_per_epoch")
         self._sync_pending()
         if logs is not None:
             logs["averaging_rounds"] = self.rounds
@@ -252,6 +352,15 @@ def _check_arguments(n_sync, warm_start_steps, warm_start: str, outer_optimizer:
         raise ValueError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
     if outer_optimizer not in OUTER_OPTIMIZERS:
         raise ValueError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
+
+
+def _check_timed(batch_size, epoch_examples) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"LocalSGD(sync_seconds=...) needs batch_size, the examples of one "
+                         f"worker's step, got {batch_size!r}")
+    if not epoch_examples:
+        raise ValueError("LocalSGD(sync_seconds=...) needs epoch_examples: an epoch ends when "
+                         "the workers together have trained that many examples")
 
 
 def _check_steps_per_execution(model: keras.Model, warm_start_steps: int) -> None:

@@ -21,7 +21,9 @@ more copies of the averaged state.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
 
 from hvdtrain import comm
@@ -31,14 +33,24 @@ from hvdtrain.keras.state import ModelStateAverager, assign, read, weight_distan
 ROUND_NAME = "model_state_overlapped"
 
 
+@dataclass(frozen=True)
+class FinishedRound:
+    """What a round gave this worker besides its new state."""
+
+    distance: float            # L2 distance of its snapshot weights from their mean
+    report: np.ndarray | None  # the sum of the workers' reports, when rounds carry them
+
+
 class OverlappedRounds:
     """At most one averaging round in flight for `averager`'s variables."""
 
-    def __init__(self, averager: ModelStateAverager):
+    def __init__(self, averager: ModelStateAverager, reports: bool = False):
+        """`reports`: every round also sums the workers' `hvdtrain.timed_rounds` reports."""
         if averager.outer is not None:
             raise ValueError("overlapped rounds take the plain average: an outer optimizer "
                              "(SlowMo, Nesterov) needs every worker at the round's result")
         self.averager = averager
+        self.reports = reports
         self.started_at: int | None = None  # the step the round in flight started after
         self._pool: ThreadPoolExecutor | None = None
         self._snapshot: list[tf.Tensor] | None = None
@@ -52,13 +64,16 @@ class OverlappedRounds:
     def trace(self) -> None:
         """Build the round's graph now, so the first round does not stall on tracing."""
         if self._round_fn is None and comm.size() > 1 and self.averager.variables:
-            signature = [tf.TensorSpec(v.shape, tf.as_dtype(v.dtype))
-                         for v in self.averager.variables]
-            self._round_fn = tf.function(self._mean_and_distance, input_signature=[signature])
+            signature = [[tf.TensorSpec(v.shape, tf.as_dtype(v.dtype))
+                          for v in self.averager.variables]]
+            if self.reports:
+                signature.append(tf.TensorSpec([comm.size() + 1], tf.float64))
+            self._round_fn = tf.function(self._mean_and_distance, input_signature=signature)
             self._round_fn.get_concrete_function()
 
-    def start(self, step: int) -> None:
-        """Snapshot the state after `step` and start averaging it in the background."""
+    def start(self, step: int, report=None) -> None:
+        """Snapshot the state after `step` and start averaging it (and summing `report`,
+        with `reports`) in the background."""
         if self.in_flight:
             raise RuntimeError("a round is already in flight: finish it first")
         if comm.size() == 1 or not self.averager.variables:
@@ -68,16 +83,18 @@ class OverlappedRounds:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="hvdtrain-round")
         # Reads are values: the optimizer's next update writes a new buffer, not this one.
         self._snapshot = read(self.averager.variables)
-        self._future = self._pool.submit(self._round_fn, self._snapshot)
+        arguments = (self._snapshot, tf.constant(report, tf.float64)) if self.reports else (
+            self._snapshot,)
+        self._future = self._pool.submit(self._round_fn, *arguments)
         self.started_at = step
 
-    def finish(self) -> float | None:
-        """Wait for the round in flight, if any, and apply it; returns this worker's L2
-        distance of its snapshot weights from their mean (None when nothing was in flight)."""
+    def finish(self) -> FinishedRound | None:
+        """Wait for the round in flight, if any, and apply it (None when nothing was in
+        flight)."""
         if not self.in_flight:
             return None
         try:
-            means, distance = self._future.result()  # a failed allreduce raises here
+            means, distance, summed = self._future.result()  # a failed allreduce raises here
         finally:
             snapshot, self._snapshot, self._future = self._snapshot, None, None
         variables = self.averager.variables
@@ -89,12 +106,15 @@ class OverlappedRounds:
         if self.averager.reference is not None:
             # fp16 rounds send the change from a state every worker holds: this mean is one.
             assign(self.averager.reference, means)
-        return float(distance)
+        return FinishedRound(float(distance), summed.numpy() if self.reports else None)
 
-    def _mean_and_distance(self, snapshot):
+    def _mean_and_distance(self, snapshot, report=None):
         means = self.averager.exchange(snapshot, name=ROUND_NAME)
         n = len(self.averager.weights)
-        return means, weight_distance(snapshot[:n], means[:n])
+        summed = tf.zeros([0], tf.float64)
+        if report is not None:
+            (summed,) = comm.total([report], name=ROUND_NAME + "_reports")
+        return means, weight_distance(snapshot[:n], means[:n]), summed
 
     def close(self) -> None:
         """Apply any round in flight and stop the thread."""

@@ -62,7 +62,8 @@ def state_callback(cfg: TrainConfig, model: keras.Model,
             average_optimizer_state=cfg.average_optimizer_state,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
-            overlap=cfg.mode == "async", progress=progress)
+            overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
+            batch_size=cfg.batch_size)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.

@@ -53,10 +53,11 @@ class RunCallbacks:
 def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: TrainingProgress,
                   state_sync: keras.callbacks.Callback, checkpointer: Checkpointer,
                   extra: tuple[keras.callbacks.Callback, ...] = ()) -> RunCallbacks:
-    throughput = ThroughputMeter(cfg.batch_size)
+    throughput = ThroughputMeter(progress)
     one_worker_warm_start = cfg.mode in LOCAL_MODES and cfg.warm_start == "single"
     step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start_time, progress,
-                       chief_only_steps=cfg.warm_start_steps if one_worker_warm_start else 0)
+                       chief_only_steps=cfg.warm_start_steps if one_worker_warm_start else 0,
+                       per_worker=cfg.sync_seconds is not None)
     broadcast = [BroadcastInitialState()] if cfg.mode == "sync" else []
     every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, throughput,
                   MetricAverage(), FiniteLossGuard(progress, checkpointer.store), step_log,

@@ -40,38 +40,37 @@ class CountProgress(keras.callbacks.Callback):
         self._begin = batch
 
     def on_train_batch_end(self, batch, logs=None):
-        self.progress.advance(executed_steps(self._begin, batch), self.batch_size * comm.size())
+        self.progress.advance(executed_steps(self._begin, batch), self.batch_size, comm.size())
 
 
 class ThroughputMeter(keras.callbacks.Callback):
     """Training images per second, evaluation excluded.
 
     Each epoch is timed from the end of its first batch, which leaves out graph
-    tracing and pipeline start-up. Put it before `MetricAverage`: the logged
-    `images_per_sec` is this worker's rate times the workers, and averaging it
-    over workers gives the job's rate.
+    tracing and pipeline start-up. The images are the job's, from the progress (with
+    rounds every T seconds a worker learns the others' at rounds, and the epoch ends
+    at one). Put it after the state callback and before `MetricAverage`: each worker
+    logs the job's rate as it timed it, and averaging gives the job's rate.
     """
 
-    def __init__(self, batch_size: int):
+    def __init__(self, progress: TrainingProgress):
         super().__init__()
-        self.batch_size = batch_size
-        self.timed_images = 0   # all workers together, counted at each epoch's worker count
+        self.progress = progress
+        self.timed_images = 0   # all workers together
         self.timed_seconds = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._batches = 0
-        self._start = None
+        self._first_examples = None
+        self._start = self._end = None
 
     def on_train_batch_end(self, batch, logs=None):
         if self._start is None:
-            self._start = time.perf_counter()
-        else:
-            self._batches += 1
+            self._start, self._first_examples = time.perf_counter(), self.progress.examples
         self._end = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
         seconds = (self._end - self._start) if self._start is not None else 0.0
-        images = self._batches * self.batch_size * comm.size()
+        images = self.progress.examples - self._first_examples if self._start is not None else 0
         self.timed_images += images
         self.timed_seconds += seconds
         if logs is not None:
@@ -101,6 +100,7 @@ class MetricsLog(keras.callbacks.Callback):
             lr=float(current_learning_rate(self.model.optimizer).numpy()),
             wall_seconds=time.time() - self.start_time,
             workers=comm.size(),
+            steps_per_worker=self.progress.steps_by_worker(comm.size()),
         )
         files.append_jsonl(self.path, record)
 
@@ -114,16 +114,20 @@ class StepLog(keras.callbacks.Callback):
     run started). In local mode the workers' models differ between rounds, so a step's
     line is the mean of what each worker saw on its own minibatch. Steps up to
     `chief_only_steps` (a one-worker warm start, whose other workers' steps are
-    discarded) log rank 0's values alone. Every rank must have this callback.
+    discarded) log rank 0's values alone. With rounds every T seconds (`per_worker`) the
+    workers take different numbers of steps: each of a worker's steps gets a line of its
+    own, with its `rank`, `step` counting that worker's steps in this process and
+    `examples` its count of the job's. Every rank must have this callback.
     """
 
     def __init__(self, path: str, start_time: float, progress: TrainingProgress,
-                 chief_only_steps: int = 0):
+                 chief_only_steps: int = 0, per_worker: bool = False):
         super().__init__()
         self.path = path  # written by whichever worker is rank 0 at the time
         self.start_time = start_time
         self.progress = progress
         self.chief_only_steps = chief_only_steps
+        self.per_worker = per_worker
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras's running means of this epoch, and how many of their steps are written.
@@ -135,7 +139,7 @@ class StepLog(keras.callbacks.Callback):
         self._loss.append(float(logs.get("loss", math.nan)))
         self._accuracy.append(float(logs.get("accuracy", math.nan)))
         self._wall.append(time.time() - self.start_time)
-        self._steps.append(self.progress.steps)
+        self._steps.append(self.progress.own_steps if self.per_worker else self.progress.steps)
         self._examples.append(self.progress.examples)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -154,6 +158,9 @@ class StepLog(keras.callbacks.Callback):
         the commit and restarts the epoch's bookkeeping, so what was buffered before
         the commit would otherwise never be written.
         """
+        if self.per_worker:
+            self._flush_per_worker()
+            return
         first = self._written
         if first == len(self._loss):  # the same on every worker: steps are in lockstep
             return
@@ -171,6 +178,24 @@ class StepLog(keras.callbacks.Callback):
                         self._wall[first:])]
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.writelines(lines)
+
+    def _flush_per_worker(self) -> None:
+        first = self._written
+        columns = [self._steps, self._examples, per_batch_values(self._loss),
+                   per_batch_values(self._accuracy), self._wall]
+        rows = tf.constant([column[first:] for column in columns], tf.float64,
+                           shape=[len(columns), len(self._loss) - first])
+        gathered = comm.gather_rows(tf.transpose(rows), name="step_log_rows")
+        self._written = len(self._loss)
+        if not comm.is_chief():
+            return
+        lines = [(wall, json.dumps({"rank": rank, "step": int(step), "examples": int(examples),
+                                    "loss": loss, "error": 1.0 - accuracy,
+                                    "wall_seconds": round(wall, 4)}) + "\n")
+                 for rank, table in enumerate(gathered)
+                 for step, examples, loss, accuracy, wall in table.numpy().tolist()]
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.writelines(line for _, line in sorted(lines, key=lambda pair: pair[0]))
 
 
 class Checkpointer(keras.callbacks.Callback):

@@ -150,9 +150,11 @@ def _fit(run: Run, verbose: int | None) -> None:
         (1 if sys.stdout.isatty() else 2) if comm.is_chief() else 0)
     # Dropout masks should differ between workers and from a run's earlier part.
     reseed_dropout(run.model, cfg.seed + world.rank + progress.steps)
-    for phase in fit_phases(progress.examples, progress.epoch_examples, cfg.epochs,
-                            world.global_batch):
-        first_step = progress.examples // world.global_batch  # where this data stream starts
+    start_step = progress.examples // world.global_batch
+    for phase in _phases(cfg, progress, world):
+        # Where this worker's data stream starts: it took steps of its own when timed.
+        first_step = start_step + progress.own_steps if cfg.sync_seconds else \
+            progress.examples // world.global_batch
         with contextlib.ExitStack() as stack:
             if run.callbacks.watchdog:  # a fit that raises gets no on_train_end to disarm it
                 stack.callback(run.callbacks.watchdog.close)
@@ -161,6 +163,13 @@ def _fit(run: Run, verbose: int | None) -> None:
             fitted = _fit_phase(run, phase, first_step, verbosity)
         for key, values in fitted.history.items():
             run.history.setdefault(key, []).extend(values)
+
+
+def _phases(cfg: TrainConfig, progress: TrainingProgress, world: World) -> list[FitPhase]:
+    if cfg.sync_seconds:
+        # Epochs end at a round, which stops the fit (LocalSGD): one fit each, open-ended.
+        return [FitPhase(epoch, epoch + 1, None) for epoch in range(progress.epoch, cfg.epochs)]
+    return fit_phases(progress.examples, progress.epoch_examples, cfg.epochs, world.global_batch)
 
 
 def _fit_phase(run: Run, phase: FitPhase, first_step: int, verbosity: int):

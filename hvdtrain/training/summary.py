@@ -35,6 +35,8 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "examples_trained": progress.examples,
         "steps_per_epoch": math.ceil(progress.epoch_examples / world.global_batch),
         "total_steps": progress.steps,
+        # In this process; they differ between workers when rounds come every T seconds.
+        "steps_per_worker": progress.steps_by_worker(world.workers),
         "steps_run": progress.steps - resumed_from_step,
         "resumed_from_step": resumed_from_step,
         "global_batch": world.global_batch,

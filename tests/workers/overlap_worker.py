@@ -60,7 +60,7 @@ def update_rule(rank: int, out: dict, fp16: bool) -> None:
     out["snapshot"] = values(model)
     move(model, rank, 0.01)  # "training" while the round is in flight
     out["before"] = values(model)
-    out["distance"] = rounds.finish()
+    out["distance"] = rounds.finish().distance
     out["after"] = values(model)
     rounds.close()
     if fp16:  # the reference is the mean now, common again: a blocking round agrees

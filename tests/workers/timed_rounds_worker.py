@@ -1,0 +1,53 @@
+"""Rounds every T seconds (`--sync-seconds`) with rank 1 four times slower, through the
+trainer; each rank saves what it saw at every epoch end.
+
+usage: timed_rounds_worker.py RESULTS_DIR
+"""
+
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+
+from hvdtrain import comm
+from hvdtrain.benchmarks.timing import SlowerSteps
+from hvdtrain.config import load_config
+from hvdtrain.training.runner import train
+
+EPOCH_EXAMPLES, BATCH = 2048, 16
+
+
+class EpochEnds(keras.callbacks.Callback):
+    """This rank's steps, and its state and counts at each epoch end (after LocalSGD)."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps, self.weights, self.iterations, self.rounds = 0, [], [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights.append(np.concatenate([w.numpy().ravel() for w in self.model.weights]))
+        self.iterations.append(int(self.model.optimizer.iterations.numpy()))
+        self.rounds.append(int(logs["averaging_rounds"]))
+
+
+def main(results_dir: str) -> None:
+    comm.init()
+    for mode in ("local", "async"):
+        seen = EpochEnds()
+        out = os.path.join(results_dir, f"run-{mode}")
+        cfg = load_config(None, dict(
+            model="lenet", dataset="synthetic", train_examples=EPOCH_EXAMPLES, batch_size=BATCH,
+            epochs=2, mode=mode, sync_seconds=0.4, validate=False, out=out, seed=3))
+        result = train(cfg, verbose=0, extra_callbacks=(SlowerSteps(1, 4.0), seen))
+        np.savez(os.path.join(results_dir, f"{mode}-rank{comm.rank()}.npz"),
+                 steps=seen.steps, weights=np.stack(seen.weights), iterations=seen.iterations,
+                 rounds=seen.rounds, summary=json.dumps(result.summary), out=out)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
