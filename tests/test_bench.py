@@ -104,6 +104,8 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--slow-rank", "2:2", "--workers", "1,2"], "--slow-rank 2:2 names a rank the 1-worker job "
                                                  "does not have"),
     (["--n-sync", "10,0"], "--n-sync must be positive integers separated by commas, got '10,0'"),
+    (["--sync-seconds", "2,-1"], "--sync-seconds must be positive numbers of seconds separated "
+                                 "by commas, got '2,-1'"),
     (["--workers", "two"], "--workers must be positive integers"),
     (["--steps", "0"], "--steps, --warmup-steps, --window and --repeats must be positive"),
     (["--repeats", "0"], "--steps, --warmup-steps, --window and --repeats must be positive"),
@@ -204,11 +206,15 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
     out = tmp_path / "bench"
     horovodrun("hvdtrain", "bench", "--modes", "sync,local", "--n-sync", "2", "--steps", "4",
                "--warmup-steps", "2", "--window", "2", "--batch-size", "16", "--slow-rank", "1:2",
-               "--out", str(out))
+               "--sync-seconds", "0.5", "--out", str(out))
     rows = json.loads((out / "bench.json").read_text())["rows"]
-    assert [(r["workers"], r["label"]) for r in rows] == [(2, "sync"), (2, "local, n_sync 2")]
+    assert [(r["workers"], r["label"]) for r in rows] == [
+        (2, "sync"), (2, "local, n_sync 2"), (2, "local, every 0.5 s")]
     assert all((r["slow_rank"], r["slow_factor"]) == (1, 2.0) for r in rows)
     assert rows[1]["exchanges_timed"] == 2 and rows[0]["exchanges_timed"] == 4
+    # Timed rounds: counted as they came (the epoch's end among them).
+    assert rows[2]["sync_seconds"] == 0.5 and rows[2]["exchanges_timed"] >= 1
+    assert rows[0]["round_share"] == 0.0 and 0.0 <= rows[2]["round_share"] <= 1.0
     # Asking for another size than horovodrun started is one clear line on every rank.
     wrong = horovodrun("hvdtrain", "bench", "--workers", "4", "--out", str(tmp_path / "x"),
                        check=False)

@@ -12,12 +12,12 @@ ROOT = os.path.dirname(HERE)
 pytestmark = pytest.mark.multiprocess
 
 
-def readme_example() -> str:
+def readme_example(marker: str = "readme-example") -> str:
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
         text = fh.read()
-    block = re.search(r"<!-- readme-example: begin -->\n```python\n(.*?)```\n"
-                      r"<!-- readme-example: end -->", text, re.S)
-    assert block, "README.md lost its marked model.fit example"
+    block = re.search(rf"<!-- {marker}: begin -->\n```python\n(.*?)```\n"
+                      rf"<!-- {marker}: end -->", text, re.S)
+    assert block, f"README.md lost its marked model.fit example ({marker})"
     return block.group(1)
 
 
@@ -35,6 +35,22 @@ def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
     assert int(ranks[0]["rounds"]) == int(ranks[1]["rounds"]) == 1 + 5 + 2
     assert sorted(os.listdir(tmp_path / "ckpt")) == ["1.weights.h5", "2.weights.h5"]
     assert "Epoch 2/2" in result.stdout and "[1]<stdout>:Epoch" not in result.stdout
+
+
+def test_readme_timed_rounds_example_ends_each_fit_in_consensus_at_the_same_round(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(readme_example() + readme_example("readme-example-timed") + (
+        "np.savez(f'final-rank{hk.rank()}.npz', weights=np.concatenate(\n"
+        "    [w.numpy().ravel() for w in model.weights]), rounds=timed.rounds,\n"
+        "    examples=timed.progress.examples, steps=timed.progress.steps_by_worker(2))\n"))
+    horovodrun(str(script), cwd=str(tmp_path))
+    ranks = load_rank_files(str(tmp_path), "final")
+    np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
+    for key in ("rounds", "examples", "steps"):
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key])
+    # Two epochs of 2,048 examples, each ended at a round that found it complete.
+    assert int(ranks[0]["examples"]) >= 2 * 2048
+    assert int(ranks[0]["examples"]) == 32 * int(np.sum(ranks[0]["steps"]))
 
 
 def test_sync_layer_with_loss_scaling_keeps_ranks_identical_and_skips_overflow_together(tmp_path):

@@ -32,12 +32,14 @@ train`; the first --warmup-steps steps are not timed. Reports images/sec per wor
 and in total (mean and 95% interval: over windows of --window steps, or over --repeats
 measurements taken in turn), the share of a step spent in allreduce (the exchange
 timed on its own once training stops, times the exchanges per step; in async mode that
-is what a blocking exchange would cost, not what the workers waited), and bytes
-allreduced per step. Modes: sync (gradients averaged every step); local (weights
-averaged every --n-sync steps; one setup per value); async (as local, with each
-round's allreduce running behind the next steps); independent (no communication at
-all: the upper limit); horovod (a bare Horovod + model.fit script: a train_step that
-allreduces each gradient, the reference for hvdtrain's own overhead).
+is what a blocking exchange would cost, not what the workers waited), the share of the
+timed steps the workers' training threads spent in averaging rounds (what they did
+wait), and bytes allreduced per step. Modes: sync (gradients averaged every step);
+local (weights averaged every --n-sync steps, one setup per value, or every
+--sync-seconds); async (as local, with each round's allreduce running behind the next
+steps); independent (no communication at all: the upper limit); horovod (a bare
+Horovod + model.fit script: a train_step that allreduces each gradient, the reference
+for hvdtrain's own overhead).
 
 Without horovodrun around it, it starts one job per --workers value (horovodrun
 -H localhost:K, or the first K slots of --hostfile) and writes bench.json and
@@ -65,6 +67,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--n-sync", default="10,100",
                         help="local mode: steps between averagings, comma-separated; one setup "
                              "each (default: 10,100)")
+    parser.add_argument("--sync-seconds", default=None, metavar="T[,T...]",
+                        help="local and async modes: also one setup per value with rounds every "
+                             "T seconds of each worker's wall time instead of every --n-sync "
+                             "steps, so a faster worker takes more steps (default: none)")
     parser.add_argument("--workers", default=None,
                         help="worker counts, comma-separated, one job each (default: 1, or the "
                              "job's own size under horovodrun)")
@@ -130,11 +136,26 @@ def _setups(args, cfg) -> list[dict]:
                   mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce,
                   bucket_mb=cfg.bucket_mb, data="host" if args.host_data else "device",
                   slow_rank=slow[0] if slow else None, slow_factor=slow[1] if slow else 1.0)
+    periods = parse_seconds_list(args.sync_seconds) if args.sync_seconds else []
     setups = []
     for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode in LOCAL_MODES else [None]
         setups += [dict(common, mode=mode, n_sync=n) for n in n_syncs]
+        if mode in LOCAL_MODES:
+            setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t) for t in periods]
     return setups
+
+
+def parse_seconds_list(text: str) -> list[float]:
+    """'2,5' -> [2.0, 5.0]: positive numbers of seconds."""
+    try:
+        values = [float(part) for part in str(text).split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0 < v < float("inf") for v in values):
+        raise ConfigError(f"--sync-seconds must be positive numbers of seconds separated by "
+                          f"commas, got {text!r}")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,10 +219,10 @@ def _measure_this_job(args, setups, workers) -> int:
     return 0
 
 
-CSV_COLUMNS = ("model", "label", "mode", "n_sync", "workers", "batch_per_worker", "shape",
+CSV_COLUMNS = ("model", "label", "mode", "n_sync", "sync_seconds", "workers", "batch_per_worker", "shape",
                "total_images_per_sec", "total_ci95", "per_worker_images_per_sec", "per_worker_ci95",
                "speedup", "efficiency", "step_seconds", "communication_share", "bytes_per_step",
-               "seconds_per_exchange", "timed_steps", "repeats", "parameters")
+               "seconds_per_exchange", "round_share", "timed_steps", "repeats", "parameters")
 
 
 def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None) -> None:
@@ -228,11 +249,12 @@ def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None
 def format_table(rows: list[dict]) -> str:
     """Markdown: one line per (setup, workers)."""
     lines = ["| model | mode | workers | images/sec (total) | per worker | speed-up | "
-             "efficiency | comm. share | MB/step |", "|" + "---|" * 9]
+             "efficiency | comm. share | in rounds | MB/step |", "|" + "---|" * 10]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['label']} | {r['workers']} | {r['total_images_per_sec']:.1f} ± "
             f"{r['total_ci95']:.1f} | {r['per_worker_images_per_sec']:.1f} ± "
             f"{r['per_worker_ci95']:.1f} | {r['speedup']:.2f}× | {r['efficiency']:.0%} | "
-            f"{r['communication_share']:.1%} | {r['bytes_per_step'] / 1e6:.3f} |")
+            f"{r['communication_share']:.1%} | {r.get('round_share', 0.0):.1%} | "
+            f"{r['bytes_per_step'] / 1e6:.3f} |")
     return "\n".join(lines)

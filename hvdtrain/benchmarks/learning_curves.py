@@ -92,6 +92,8 @@ def load_curve(run_dir: str) -> Curve:
                 record = json.loads(line)
             except ValueError:
                 continue  # a line cut short by a crash
+            if record.get("rank", 0) != 0:
+                continue  # --sync-seconds logs each worker's own steps: rank 0's make the curve
             by_step[int(record["step"])] = (float(record["wall_seconds"]), float(record["error"]))
     for step in sorted(by_step):
         curve.step.append(step)

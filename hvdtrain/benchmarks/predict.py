@@ -59,6 +59,12 @@ def add_parser(commands) -> None:
     parser.set_defaults(handler=run)
 
 
+def step_triggered(bench: dict) -> dict:
+    """The bench without its --sync-seconds rows: the model knows rounds every n_sync steps
+    only (how many steps a period holds depends on each worker's speed)."""
+    return dict(bench, rows=[r for r in bench["rows"] if r.get("sync_seconds") is None])
+
+
 def independent_compute(bench: dict) -> float | None:
     """Seconds of a step without communication: the mean over the independent rows."""
     alone = [r["step_seconds"] for r in bench["rows"] if r["mode"] == "independent"]
@@ -154,15 +160,15 @@ def run(args: argparse.Namespace) -> int:
     if args.latency < 0 or args.workers_per_link <= 0 or not 0 <= args.overlap <= 1:
         raise ConfigError(f"--latency must be >= 0, --workers-per-link > 0 and --overlap in [0, 1]; "
                           f"got {args.latency}, {args.workers_per_link} and {args.overlap}")
-    bench = files.read_json(args.bench_json)
+    bench = step_triggered(files.read_json(args.bench_json))
     work = workload(bench, args.overlap, floor=not args.no_floor)
     rates = [r.strip() for r in args.link_rate.split(",")]
     for rate in rates:
         parse_rate(rate)
     rows = predictions(bench, work, parse_int_list(args.workers, "--workers"), rates,
                        args.latency * 1e-6, args.workers_per_link)
-    checked = [c for path in args.check for c in checks(work, files.read_json(path),
-                                                        args.latency * 1e-6)]
+    checked = [c for path in args.check
+               for c in checks(work, step_triggered(files.read_json(path)), args.latency * 1e-6)]
     out = args.out or os.path.dirname(os.path.abspath(args.bench_json))
     os.makedirs(out, exist_ok=True)
     files.write_json(os.path.join(out, "predict.json"), {

@@ -77,7 +77,8 @@ def add_scaling(rows: list[dict]) -> list[dict]:
     speed-up divided by the growth in workers (1.0 is perfect linear scaling).
     """
     def series(row):
-        return (row["model"], row["batch_per_worker"], row["mode"], row.get("n_sync"))
+        return (row["model"], row["batch_per_worker"], row["mode"], row.get("n_sync"),
+                row.get("sync_seconds"))
 
     smallest: dict[tuple, dict] = {}
     for row in rows:
@@ -128,7 +129,8 @@ def combine_repeats(rows: list[dict]) -> dict:
     total, total_ci = mean_ci95(totals)
     workers = rows[0]["workers"]
     averaged = {key: sum(r[key] for r in rows) / len(rows)
-                for key in ("step_seconds", "seconds_per_exchange", "communication_share")}
+                for key in ("step_seconds", "seconds_per_exchange", "communication_share",
+                            "round_share") if key in rows[0]}
     return dict(rows[0], **averaged, repeats=len(rows), repeat_images_per_sec=totals,
                 total_images_per_sec=total, total_ci95=total_ci,
                 per_worker_images_per_sec=total / workers, per_worker_ci95=total_ci / workers)

@@ -52,20 +52,24 @@ class Setup:
     data: str = "device"   # one batch kept on the worker's device, or "host": a tf.data pipeline
     slow_rank: int | None = None  # this worker's steps run slow_factor times slower
     slow_factor: float = 1.0
+    sync_seconds: float | None = None  # local modes: rounds every T seconds, not n_sync steps
 
     @property
     def label(self) -> str:
+        if self.sync_seconds is not None:
+            return f"{self.mode}, every {self.sync_seconds:g} s"
         return f"{self.mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else self.mode
 
 
 def _train_config(setup: Setup, total_steps: int, out: str):
     mode = setup.mode if setup.mode in ("sync", "async") else "local"
     # Independent workers: local SGD whose first round would come after the last step.
-    n_sync = setup.n_sync if setup.mode in LOCAL_MODES else total_steps + 1
+    n_sync = (setup.n_sync or 1) if setup.mode in LOCAL_MODES else total_steps + 1
+    local = {"n_sync": n_sync, "sync_seconds": setup.sync_seconds} if mode in LOCAL_MODES else {}
     return load_config(None, dict(
         model=setup.model, dataset=DATASET_OF[setup.data], synthetic_shape=setup.shape,
         batch_size=setup.batch_size, epochs=1, steps_per_epoch=total_steps, seed=setup.seed,
-        mode=mode, **({"n_sync": n_sync} if mode in LOCAL_MODES else {}),
+        mode=mode, **local,
         # Random labels: a small constant rate keeps every model finite.
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
@@ -89,6 +93,7 @@ def measure(setup: Setup) -> dict:
 
     keras.backend.clear_session()
     steps = rounded_steps(setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
+    timed = setup.sync_seconds is not None  # then the workers' step counts differ
     total_steps = setup.warmup_steps + steps
     timer = StepTimer(setup.warmup_steps)
     if setup.slow_rank is not None and setup.slow_rank >= comm.size():
@@ -104,15 +109,23 @@ def measure(setup: Setup) -> dict:
             model = plain_horovod.train(setup.model, parse_shape(setup.shape), setup.batch_size,
                                         total_steps, setup.seed, callbacks=callbacks,
                                         on_device=setup.data == "device")
+            summary = {}
         else:
-            model = train(_train_config(setup, total_steps, os.path.join(scratch, "run")),
-                          verbose=0, extra_callbacks=tuple(callbacks)).model
+            result = train(_train_config(setup, total_steps, os.path.join(scratch, "run")),
+                           verbose=0, extra_callbacks=tuple(callbacks))
+            model, summary = result.model, result.summary
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
     workers = comm.size()
     rates = worker_throughput(all_workers(timer.step_seconds), setup.window, setup.batch_size)
-    exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync, workers)
+    if timed:
+        # Rounds came by the clock: count them, over each worker's mean steps of the run.
+        exchanges = summary["averaging_rounds"] if workers > 1 else 0
+        steps = sum(summary["steps_per_worker"]) / workers
+    else:
+        exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync,
+                                 workers)
     gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
     if setup.mode in LOCAL_MODES:
         averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
@@ -133,6 +146,8 @@ def measure(setup: Setup) -> dict:
         "seconds_per_exchange": seconds,
         "communication_share": communication_share(seconds, exchanges, steps, rates["step_seconds"]),
         "bytes_per_step": exchanges * exchange_bytes / steps,
+        # The workers' mean share of the timed steps spent in rounds: what they waited.
+        "round_share": sum(row[0] for row in all_workers([timer.round_share])) / workers,
     }
 
 

@@ -14,7 +14,9 @@ from hvdtrain import comm
 
 class StepTimer(keras.callbacks.Callback):
     """Seconds of every training step after the first `warmup_steps` (tracing, pipeline
-    start-up). Put it last: a step's time then includes every other callback's work."""
+    start-up). Put it last: a step's time then includes every other callback's work.
+    `round_share` is the part of the timed stretch spent in averaging rounds, from the
+    `round_seconds` that LocalSGD adds to the batch logs (0 without it)."""
 
     def __init__(self, warmup_steps: int):
         super().__init__()
@@ -25,12 +27,20 @@ class StepTimer(keras.callbacks.Callback):
         self._steps = 0
 
     def on_train_begin(self, logs=None):
-        self._stamps, self._steps = [], 0
+        self._stamps, self._steps, self._round_seconds = [], 0, []
 
     def on_train_batch_end(self, batch, logs=None):
         self._steps += 1
         if self._steps >= self.warmup_steps:  # the end of the last warm-up step starts the clock
             self._stamps.append(time.perf_counter())
+            self._round_seconds.append(float((logs or {}).get("round_seconds", 0.0)))
+
+    @property
+    def round_share(self) -> float:
+        if len(self._stamps) < 2:
+            return 0.0
+        elapsed = self._stamps[-1] - self._stamps[0]
+        return (self._round_seconds[-1] - self._round_seconds[0]) / elapsed if elapsed else 0.0
 
     @property
     def step_seconds(self) -> list[float]:
@@ -78,11 +88,10 @@ class SlowerSteps(keras.callbacks.Callback):
 
 
 def all_workers(values: list[float]) -> list[list[float]]:
-    """Every worker's list (all of the same length), on every worker."""
-    table = np.zeros((comm.size(), len(values)))
-    table[comm.rank()] = values
-    (summed,) = comm.total([tf.constant(table)], name="bench_gather")
-    return summed.numpy().tolist()
+    """Every worker's list (their lengths may differ), on every worker."""
+    rows = comm.gather_rows(tf.constant(values, tf.float64, shape=[len(values)]),
+                            name="bench_gather")
+    return [row.numpy().tolist() for row in rows]
 
 
 def seconds_per_call(exchange: Callable[[], object], repeats: int = 10) -> float:

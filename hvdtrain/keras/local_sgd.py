@@ -47,7 +47,7 @@ class LocalSGD(keras.callbacks.Callback):
     """Average the workers' weights every `n_sync` steps instead of every step.
 
     Args:
-      n_sync: local steps between two averaging rounds.
+      n_sync: local steps between two averaging rounds (or give `sync_seconds`).
       warm_start_steps: steps trained before going local, as `warm_start` says.
       warm_start: "sync": gradients are averaged every step of the warm start
         (post-local SGD, Lin et al. 2018); needs an optimizer made by
@@ -85,16 +85,17 @@ class LocalSGD(keras.callbacks.Callback):
     Epoch logs gain `averaging_rounds` (rounds so far) and `divergence` (mean L2
     distance of a worker's weights from the average just before each local round
     this epoch; an overlapped round gives this worker's own distance, which
-    `MetricAverage` then averages). A round also runs before evaluation, at each epoch
-    end and at the end of training, so what is evaluated and saved is the consensus
-    model.
+    `MetricAverage` then averages). Batch logs gain `round_seconds`: this worker's
+    seconds in rounds so far (`TrainingProgress.round_seconds`), for callbacks that
+    time what rounds cost. A round also runs before evaluation, at each epoch end and
+    at the end of training, so what is evaluated and saved is the consensus model.
 
     With `steps_per_execution` > 1 Keras reports several steps per batch callback:
     they are all counted, and a round falls due at the end of the execution in which
     its step falls. The warm start's end must then fall on an execution boundary.
     """
 
-    def __init__(self, n_sync: int, warm_start_steps: int = 0, average_bn_stats: bool = True,
+    def __init__(self, n_sync: int | None = None, warm_start_steps: int = 0, average_bn_stats: bool = True,
                  average_optimizer_state: bool = False, outer_optimizer: str = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
@@ -103,7 +104,9 @@ class LocalSGD(keras.callbacks.Callback):
                  batch_size: int | None = None, epoch_examples: int | None = None,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        _check_arguments(n_sync, warm_start_steps, warm_start, outer_optimizer)
+        if n_sync is None and sync_seconds is None:
+            raise ValueError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
+        _check_arguments(n_sync or 1, warm_start_steps, warm_start, outer_optimizer)
         if overlap and outer_optimizer != "none":
             raise ValueError(f"LocalSGD(overlap=True) takes the plain average, got "
                              f"outer_optimizer={outer_optimizer!r}")
@@ -129,6 +132,7 @@ class LocalSGD(keras.callbacks.Callback):
         self._epoch_distances: list[float] = []
         self._counts: ReportedCounts | None = None  # with sync_seconds
         self._sum_reports = None
+        self._schedule_origin: tuple[int, int] | None = None
         self._epoch_end = 0       # the job's examples at which this epoch ends
         self._stopped_epoch = False
 
@@ -187,6 +191,11 @@ class LocalSGD(keras.callbacks.Callback):
         self.progress.workers_in_step = (comm.size() == 1
                                          or self.progress.steps < self.warm_start_steps)
         self._counts = ReportedCounts(self.progress, comm.rank(), comm.size())
+        if self._schedule_origin is None:
+            # Where the job's step count stood; rounds move it by the job's examples.
+            self._schedule_origin = (
+                int(base_optimizer(self.model.optimizer).iterations.numpy()),
+                self.progress.examples)
         if self._sum_reports is None:
             spec = tf.TensorSpec([comm.size() + 1], tf.float64)
             self._sum_reports = tf.function(
@@ -222,6 +231,8 @@ class LocalSGD(keras.callbacks.Callback):
         if self.timer is not None and self.progress.workers_in_step \
                 and self.progress.examples >= self._epoch_end:
             self._stop_epoch()  # in step, every worker gets here at the same step
+        if logs is not None:
+            logs["round_seconds"] = self.progress.round_seconds
 
     def _round(self, warm_start: bool) -> None:
         start = time.perf_counter()
@@ -269,7 +280,8 @@ class LocalSGD(keras.callbacks.Callback):
         """Take in a round's reports; the optimizer's step then follows the job's, so the
         learning-rate schedule follows the job's progress, not this worker's speed."""
         self._counts.learn(summed)
-        job_step = self.progress.examples // (self.batch_size * comm.size())
+        steps, examples = self._schedule_origin
+        job_step = steps + (self.progress.examples - examples) // (self.batch_size * comm.size())
         base_optimizer(self.model.optimizer).iterations.assign(job_step)
         self.progress.steps = job_step
 
