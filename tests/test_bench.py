@@ -138,6 +138,7 @@ class _Clock:
 
 @pytest.mark.parametrize("rank, slept", [(0, [0.5, 0.5]), (1, [])])
 def test_a_slow_rank_sleeps_factor_minus_one_times_each_step_and_only_that_rank(rank, slept):
+    # A fit's first step is not slowed: it mostly traces the step function.
     from hvdtrain import comm
     from hvdtrain.benchmarks.timing import SlowerSteps
 
@@ -146,12 +147,13 @@ def test_a_slow_rank_sleeps_factor_minus_one_times_each_step_and_only_that_rank(
     slower = SlowerSteps(rank, 3.0, clock=clock, sleep=sleeps.append)
     slower.set_model(_FakeModel(clock))
     slower.on_train_begin()
-    for _ in range(2):
+    for _ in range(3):
         assert slower.model.train_function(None) == {"loss": 1.0}
     assert sleeps == pytest.approx(slept)
     slower.on_train_end()
     slower.on_train_begin()  # a second fit is slowed once, not twice
-    slower.model.train_function(None)
+    for _ in range(2):
+        slower.model.train_function(None)
     assert sleeps == pytest.approx(slept + slept[:1])
 
 

@@ -118,7 +118,11 @@ def measure(setup: Setup) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
 
     workers = comm.size()
-    rates = worker_throughput(all_workers(timer.step_seconds), setup.window, setup.batch_size)
+    step_seconds = all_workers(timer.step_seconds)
+    if min(map(len, step_seconds)) == 0:
+        raise ConfigError(f"{setup.label}: a worker took no steps after the --warmup-steps "
+                          f"({setup.warmup_steps}); give --steps more (now {setup.steps})")
+    rates = worker_throughput(step_seconds, setup.window, setup.batch_size)
     if timed:
         # Rounds came by the clock: count them, over each worker's mean steps of the run.
         exchanges = summary["averaging_rounds"] if workers > 1 else 0

@@ -50,7 +50,8 @@ class StepTimer(keras.callbacks.Callback):
 class SlowerSteps(keras.callbacks.Callback):
     """Make worker `rank`'s training steps `factor` times slower, as a slower GPU or a noisy
     neighbour would: after each step's compiled function it sleeps (factor − 1) times what
-    that function took. Rounds and other callbacks are not slowed, only the step itself.
+    that function took. Rounds and other callbacks are not slowed, only the step itself,
+    and not a fit's first step, which mostly traces the function on the host.
 
     On a machine whose workers share the cores, the sleeping worker leaves its core to
     the others, which then run faster than they would beside a truly slower GPU. On a
@@ -72,10 +73,14 @@ class SlowerSteps(keras.callbacks.Callback):
         step, factor, clock, sleep = self.model.train_function, self.factor, self._clock, self._sleep
         self._keras_step = step
 
+        calls = [0]
+
         def slower_step(iterator):
             start = clock()
             logs = step(iterator)
-            sleep((factor - 1) * (clock() - start))
+            calls[0] += 1
+            if calls[0] > 1:
+                sleep((factor - 1) * (clock() - start))
             return logs
 
         # Keras looks the function up at every step, and makes it again only when forced.
