@@ -229,9 +229,7 @@ def _check_async(cfg: "TrainConfig") -> None:
     if cfg.elastic:
         raise ConfigError("--mode async does not work with --elastic yet: a worker lost with a "
                           "round in flight would leave the others waiting; use --mode local")
-    if parse_interval(cfg.checkpoint_every)[0] != "epochs":
-        raise ConfigError(f"--mode async checkpoints at epoch ends, where the workers agree; got "
-                          f"--checkpoint-every {cfg.checkpoint_every}")
+    _epoch_checkpoints_only(cfg, "--mode async")
 
 
 def _check_timed(cfg: "TrainConfig") -> None:
@@ -242,9 +240,14 @@ def _check_timed(cfg: "TrainConfig") -> None:
     if cfg.elastic:
         raise ConfigError("--sync-seconds does not work with --elastic: the workers' steps "
                           "differ, and a commit needs them at the same one")
+    _epoch_checkpoints_only(cfg, "--sync-seconds")
+
+
+def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:
+    # Between epoch ends the workers' states (and with timed rounds their steps) differ.
     if parse_interval(cfg.checkpoint_every)[0] != "epochs":
-        raise ConfigError(f"--sync-seconds checkpoints at epoch ends, where the workers agree; "
-                          f"got --checkpoint-every {cfg.checkpoint_every}")
+        raise ConfigError(f"{what} checkpoints at epoch ends, where the workers agree; got "
+                          f"--checkpoint-every {cfg.checkpoint_every}")
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
