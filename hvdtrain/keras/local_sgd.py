@@ -26,6 +26,7 @@ averages", for the measurement behind that default).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable
 
@@ -95,7 +96,8 @@ class LocalSGD(keras.callbacks.Callback):
     its step falls. The warm start's end must then fall on an execution boundary.
     """
 
-    def __init__(self, n_sync: int | None = None, warm_start_steps: int = 0, average_bn_stats: bool = True,
+    def __init__(self, n_sync: int | None = None, warm_start_steps: int = 0,
+                 average_bn_stats: bool = True,
                  average_optimizer_state: bool = False, outer_optimizer: str = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
@@ -234,13 +236,20 @@ class LocalSGD(keras.callbacks.Callback):
         if logs is not None:
             logs["round_seconds"] = self.progress.round_seconds
 
-    def _round(self, warm_start: bool) -> None:
+    @contextlib.contextmanager
+    def _timing_rounds(self):
         start = time.perf_counter()
-        if self._overlapped is not None and not warm_start:
-            self._overlapped_round()
-        else:
-            self._blocking_round(warm_start)
-        self.progress.round_seconds += time.perf_counter() - start
+        try:
+            yield
+        finally:
+            self.progress.round_seconds += time.perf_counter() - start
+
+    def _round(self, warm_start: bool) -> None:
+        with self._timing_rounds():
+            if self._overlapped is not None and not warm_start:
+                self._overlapped_round()
+            else:
+                self._blocking_round(warm_start)
 
     def _blocking_round(self, warm_start: bool) -> None:
         # After a synchronous warm start only the BatchNorm statistics differ; after a
@@ -262,19 +271,18 @@ class LocalSGD(keras.callbacks.Callback):
     def _timed_round(self) -> None:
         """A round because T seconds have passed: blocking, or overlapped unless the epoch
         may have ended by now; a blocking one ends the epoch if the count says so."""
-        start = time.perf_counter()
-        if self._overlapped is not None:
-            self._finish_overlapped()
-        if self._overlapped is not None and not self._counts.epoch_end_due(
-                self._epoch_end, overlapped=True):
-            self._overlapped.start(self.progress.steps, self._counts.report())
-            self._count_round()
-        else:
-            self._blocking_round(warm_start=False)
-            if self._counts.known >= self._epoch_end:
-                self._stop_epoch()
+        with self._timing_rounds():
+            if self._overlapped is not None:
+                self._finish_overlapped()
+            if self._overlapped is not None and not self._counts.epoch_end_due(
+                    self._epoch_end, overlapped=True):
+                self._overlapped.start(self.progress.steps, self._counts.report())
+                self._count_round()
+            else:
+                self._blocking_round(warm_start=False)
+                if self._counts.known >= self._epoch_end:
+                    self._stop_epoch()
         self.timer.restart()
-        self.progress.round_seconds += time.perf_counter() - start
 
     def _learn(self, summed) -> None:
         """Take in a round's reports; the optimizer's step then follows the job's, so the
@@ -306,23 +314,22 @@ class LocalSGD(keras.callbacks.Callback):
     def _count_round(self) -> None:
         self.progress.averaging_rounds += 1
         self.progress.state_bytes += self.averager.bytes_per_round
-        if self._reporting and comm.size() > 1:
+        if self._reporting:  # out of step means more than one worker
             self.progress.state_bytes += 8 * (comm.size() + 1)  # the report, float64
 
     def _sync_pending(self) -> None:
         """One blocking round unless the workers already agree (a round in flight is
         applied first)."""
-        start = time.perf_counter()
-        if self._overlapped is not None and self._overlapped.in_flight:
-            started_at = self._overlapped.started_at
-            self._finish_overlapped()
-            if started_at == self.progress.steps:
-                # Nothing moved since its snapshot: every worker now holds its mean.
-                self.progress.consensus_step = self.progress.steps
-        if self.averager is not None and not self.progress.in_consensus:
-            # Blocking in overlapped mode too: the caller needs the consensus model now.
-            self._blocking_round(warm_start=self.progress.steps <= self.warm_start_steps)
-        self.progress.round_seconds += time.perf_counter() - start
+        with self._timing_rounds():
+            if self._overlapped is not None and self._overlapped.in_flight:
+                started_at = self._overlapped.started_at
+                self._finish_overlapped()
+                if started_at == self.progress.steps:
+                    # Nothing moved since its snapshot: every worker now holds its mean.
+                    self.progress.consensus_step = self.progress.steps
+            if self.averager is not None and not self.progress.in_consensus:
+                # Blocking in overlapped mode too: the caller needs the consensus model now.
+                self._blocking_round(warm_start=self.progress.steps <= self.warm_start_steps)
 
     def on_test_begin(self, logs=None):
         self._sync_pending()
