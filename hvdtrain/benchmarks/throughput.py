@@ -124,12 +124,15 @@ def measure(setup: Setup) -> dict:
                           f"({setup.warmup_steps}); give --steps more (now {setup.steps})")
     rates = worker_throughput(step_seconds, setup.window, setup.batch_size)
     if timed:
-        # Rounds came by the clock: count them, over each worker's mean steps of the run.
+        # Rounds came by the clock: the run's rounds, over each worker's mean steps in the
+        # run; the timed steps are each worker's own, averaged.
         exchanges = summary["averaging_rounds"] if workers > 1 else 0
-        steps = sum(summary["steps_per_worker"]) / workers
+        exchange_steps = sum(summary["steps_per_worker"]) / workers
+        steps = round(sum(map(len, step_seconds)) / workers)
     else:
         exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync,
                                  workers)
+        exchange_steps = steps
     gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
     if setup.mode in LOCAL_MODES:
         averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
@@ -148,8 +151,9 @@ def measure(setup: Setup) -> dict:
         **rates,
         "exchanges_timed": exchanges,
         "seconds_per_exchange": seconds,
-        "communication_share": communication_share(seconds, exchanges, steps, rates["step_seconds"]),
-        "bytes_per_step": exchanges * exchange_bytes / steps,
+        "communication_share": communication_share(seconds, exchanges, exchange_steps,
+                                                   rates["step_seconds"]),
+        "bytes_per_step": exchanges * exchange_bytes / exchange_steps,
         # The workers' mean share of the timed steps spent in rounds: what they waited.
         "round_share": sum(row[0] for row in all_workers([timer.round_share])) / workers,
     }
