@@ -72,15 +72,15 @@ class SlowerSteps(keras.callbacks.Callback):
             return
         step, factor, clock, sleep = self.model.train_function, self.factor, self._clock, self._sleep
         self._keras_step = step
-
-        calls = [0]
+        traced = False
 
         def slower_step(iterator):
+            nonlocal traced
             start = clock()
             logs = step(iterator)
-            calls[0] += 1
-            if calls[0] > 1:
+            if traced:
                 sleep((factor - 1) * (clock() - start))
+            traced = True
             return logs
 
         # Keras looks the function up at every step, and makes it again only when forced.
