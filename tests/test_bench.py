@@ -32,6 +32,7 @@ def test_worker_throughput_sums_workers_and_weighs_slow_steps_in_full():
     per_second = [200 / 2.0, 200 / 3.8]  # images over seconds, whole stretch
     assert result["total_images_per_sec"] == pytest.approx(sum(per_second))
     assert result["per_worker_images_per_sec"] == pytest.approx(sum(per_second) / 2)
+    assert result["worker_images_per_sec"] == pytest.approx(per_second)
     # Identical windows: no spread, a zero-width interval.
     assert result["total_ci95"] == pytest.approx(0.0, abs=1e-9)
     assert result["step_seconds"] == pytest.approx(5.8 / 40)
@@ -59,11 +60,12 @@ def test_communication_share_is_timed_exchanges_over_step_time():
 def test_repeats_combine_into_their_mean_with_an_interval_from_their_spread():
     base = dict(workers=2, step_seconds=0.1, seconds_per_exchange=0.01, communication_share=0.1,
                 total_ci95=1.0, per_worker_ci95=0.5)
-    rows = [dict(base, total_images_per_sec=r, per_worker_images_per_sec=r / 2)
-            for r in (100.0, 110.0, 120.0)]
+    rows = [dict(base, total_images_per_sec=r, per_worker_images_per_sec=r / 2,
+                 worker_images_per_sec=[r * 0.6, r * 0.4]) for r in (100.0, 110.0, 120.0)]
     combined = combine_repeats(rows)
     assert combined["total_images_per_sec"] == pytest.approx(110.0)
     assert combined["per_worker_images_per_sec"] == pytest.approx(55.0)
+    assert combined["worker_images_per_sec"] == pytest.approx([66.0, 44.0])  # rank by rank
     assert combined["total_ci95"] == pytest.approx(4.303 * 10 / 3 ** 0.5)  # t(2) · sd / √n
     assert combined["repeats"] == 3 and combined["repeat_images_per_sec"] == [100.0, 110.0, 120.0]
     assert combine_repeats(rows[:1]) == dict(rows[0], repeats=1)
@@ -208,8 +210,9 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
     out = tmp_path / "bench"
     horovodrun("hvdtrain", "bench", "--modes", "sync,local", "--n-sync", "2", "--steps", "4",
                "--warmup-steps", "2", "--window", "2", "--batch-size", "16", "--slow-rank", "1:2",
-               "--sync-seconds", "0.5", "--out", str(out))
-    rows = json.loads((out / "bench.json").read_text())["rows"]
+               "--sync-seconds", "0.5", "--pin-cores", "--out", str(out))
+    report = json.loads((out / "bench.json").read_text())
+    rows = report["rows"]
     assert [(r["workers"], r["label"]) for r in rows] == [
         (2, "sync"), (2, "local, n_sync 2"), (2, "local, every 0.5 s")]
     assert all((r["slow_rank"], r["slow_factor"]) == (1, 2.0) for r in rows)
@@ -217,6 +220,11 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
     # Timed rounds: counted as they came (the epoch's end among them).
     assert rows[2]["sync_seconds"] == 0.5 and rows[2]["exchanges_timed"] >= 1
     assert rows[0]["round_share"] == 0.0 and 0.0 <= rows[2]["round_share"] <= 1.0
+    # Each worker had its own half of the cores, and its own rate in the row.
+    assert report["machine"]["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
+    for row in rows:
+        assert len(row["worker_images_per_sec"]) == 2
+        assert sum(row["worker_images_per_sec"]) == pytest.approx(row["total_images_per_sec"])
     # Asking for another size than horovodrun started is one clear line on every rank.
     wrong = horovodrun("hvdtrain", "bench", "--workers", "4", "--out", str(tmp_path / "x"),
                        check=False)

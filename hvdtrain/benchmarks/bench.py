@@ -99,6 +99,11 @@ def add_parser(commands) -> None:
                         help="make one worker's steps FACTOR times slower (1:2: rank 1 at half "
                              "speed), as a slower GPU or a noisy neighbour would; rounds and "
                              "allreduces are not slowed (default: all at full speed)")
+    parser.add_argument("--pin-cores", action="store_true",
+                        help="give each worker of a machine its own equal share of the cores "
+                             "(all its threads, Horovod's too), as each would own a GPU; without "
+                             "it a waiting or --slow-rank worker lends its cores to the others "
+                             "(default: workers share all cores)")
     parser.add_argument("--host-data", action="store_true",
                         help="feed the synthetic images through an in-memory tf.data pipeline "
                              "(default: one random batch per worker, made and kept on its "
@@ -179,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(out, exist_ok=True)
     plan_path = os.path.join(out, "plan.json")
     with open(plan_path, "w", encoding="utf-8") as fh:
-        json.dump({"setups": setups, "repeats": args.repeats}, fh, indent=2)
+        json.dump({"setups": setups, "repeats": args.repeats, "pin_cores": args.pin_cores},
+                  fh, indent=2)
     rows, host = [], {}
     for count in workers or [1]:
         results_path = os.path.join(out, f"results-w{count}.json")
@@ -211,7 +217,7 @@ def _measure_this_job(args, setups, workers) -> int:
     if workers and workers != [comm.size()]:
         raise ConfigError(f"--workers {args.workers} under horovodrun, which started "
                           f"{comm.size()}; leave --workers out, or run bench without horovodrun")
-    rows, host = run_setups([Setup(**s) for s in setups], args.repeats)
+    rows, host = run_setups([Setup(**s) for s in setups], args.repeats, args.pin_cores)
     if comm.is_chief():
         out = args.out or _default_out(setups[0]["model"])
         os.makedirs(out, exist_ok=True)

@@ -26,7 +26,8 @@ def worker_throughput(step_seconds_by_worker: Sequence[Sequence[float]], window:
 
     Point estimates are images over time for the whole timed stretch (so a local-SGD
     round counts in proportion); the intervals come from the spread of the window
-    rates (batch means). The total is the sum of the workers' rates.
+    rates (batch means). The total is the sum of the workers' rates, which are kept in
+    rank order as `worker_images_per_sec`.
     """
     workers = len(step_seconds_by_worker)
     per_worker_rates = [len(s) * images_per_step / sum(s) for s in step_seconds_by_worker]
@@ -40,6 +41,7 @@ def worker_throughput(step_seconds_by_worker: Sequence[Sequence[float]], window:
         "per_worker_ci95": total_ci / workers,
         "total_images_per_sec": total,
         "total_ci95": total_ci,
+        "worker_images_per_sec": per_worker_rates,
         "step_seconds": sum(map(sum, step_seconds_by_worker)) / sum(map(len, step_seconds_by_worker)),
     }
 
@@ -131,6 +133,9 @@ def combine_repeats(rows: list[dict]) -> dict:
     averaged = {key: sum(r[key] for r in rows) / len(rows)
                 for key in ("step_seconds", "seconds_per_exchange", "communication_share",
                             "round_share") if key in rows[0]}
+    if "worker_images_per_sec" in rows[0]:
+        averaged["worker_images_per_sec"] = [
+            sum(rates) / len(rows) for rates in zip(*(r["worker_images_per_sec"] for r in rows))]
     return dict(rows[0], **averaged, repeats=len(rows), repeat_images_per_sec=totals,
                 total_images_per_sec=total, total_ci95=total_ci,
                 per_worker_images_per_sec=total / workers, per_worker_ci95=total_ci / workers)

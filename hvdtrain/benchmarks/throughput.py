@@ -25,6 +25,7 @@ from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, e
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
 from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_shape
+from hvdtrain.cpu_cores import pin_worker
 from hvdtrain.errors import ConfigError
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import ModelStateAverager, variable_bytes
@@ -176,10 +177,13 @@ def machine() -> dict:
             "horovod": horovod.__version__}
 
 
-def run_setups(setups: list[Setup], repeats: int = 1) -> tuple[list[dict], dict]:
+def run_setups(setups: list[Setup], repeats: int = 1,
+               pin_cores: bool = False) -> tuple[list[dict], dict]:
     """Measure each setup `repeats` times in this job, taking turns so that a slow spell
-    of the machine hits every setup alike; (rows, machine) on every worker."""
+    of the machine hits every setup alike; (rows, machine) on every worker. `pin_cores`
+    gives each worker its own share of the machine's cores (`hvdtrain.cpu_cores`)."""
     comm.init()
+    cores = pin_worker(comm.local_rank(), comm.local_size()) if pin_cores else None
     measured: list[list[dict]] = [[] for _ in setups]
     for repeat in range(repeats):
         for setup, rows in zip(setups, measured):
@@ -188,17 +192,21 @@ def run_setups(setups: list[Setup], repeats: int = 1) -> tuple[list[dict], dict]
             if comm.is_chief():
                 print(f"hvdtrain: {setup.model} {setup.label}, {row['workers']} worker(s), "
                       f"repeat {repeat + 1}/{repeats}: {row['total_images_per_sec']:.1f} ± "
-                      f"{row['total_ci95']:.1f} images/sec", flush=True)
-    return [combine_repeats(rows) for rows in measured], machine()
+                      f"{row['total_ci95']:.1f} images/sec (by rank: "
+                      f"{' / '.join(f'{r:.1f}' for r in row['worker_images_per_sec'])})",
+                      flush=True)
+    return [combine_repeats(rows) for rows in measured], dict(machine(), cores_per_worker=(
+        len(cores) if cores else None))
 
 
 def main(argv: list[str]) -> int:
     """Job entry point: `python -m hvdtrain.benchmarks.throughput PLAN.json RESULTS.json`,
-    the plan holding {"setups": [...], "repeats": R}."""
+    the plan holding {"setups": [...], "repeats": R, "pin_cores": bool}."""
     plan_path, results_path = argv
     with open(plan_path, encoding="utf-8") as fh:
         plan = json.load(fh)
-    rows, host = run_setups([Setup(**s) for s in plan["setups"]], plan["repeats"])
+    rows, host = run_setups([Setup(**s) for s in plan["setups"]], plan["repeats"],
+                            plan.get("pin_cores", False))
     if comm.is_chief():
         with open(results_path, "w", encoding="utf-8") as fh:
             json.dump({"rows": rows, "machine": host}, fh)
