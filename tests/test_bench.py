@@ -208,17 +208,18 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
     from conftest import horovodrun
 
     out = tmp_path / "bench"
-    horovodrun("hvdtrain", "bench", "--modes", "sync,local", "--n-sync", "2", "--steps", "4",
-               "--warmup-steps", "2", "--window", "2", "--batch-size", "16", "--slow-rank", "1:2",
-               "--sync-seconds", "0.5", "--pin-cores", "--out", str(out))
+    # Timed rounds: an epoch of many periods, so that the slow rank gets timed steps too.
+    horovodrun("hvdtrain", "bench", "--modes", "sync,local", "--n-sync", "2", "--steps", "40",
+               "--warmup-steps", "2", "--window", "10", "--batch-size", "16", "--slow-rank", "1:2",
+               "--sync-seconds", "0.1", "--pin-cores", "--out", str(out))
     report = json.loads((out / "bench.json").read_text())
     rows = report["rows"]
     assert [(r["workers"], r["label"]) for r in rows] == [
-        (2, "sync"), (2, "local, n_sync 2"), (2, "local, every 0.5 s")]
+        (2, "sync"), (2, "local, n_sync 2"), (2, "local, every 0.1 s")]
     assert all((r["slow_rank"], r["slow_factor"]) == (1, 2.0) for r in rows)
-    assert rows[1]["exchanges_timed"] == 2 and rows[0]["exchanges_timed"] == 4
+    assert rows[1]["exchanges_timed"] == 20 and rows[0]["exchanges_timed"] == 40
     # Timed rounds: counted as they came (the epoch's end among them).
-    assert rows[2]["sync_seconds"] == 0.5 and rows[2]["exchanges_timed"] >= 1
+    assert rows[2]["sync_seconds"] == 0.1 and rows[2]["exchanges_timed"] >= 1
     assert rows[0]["round_share"] == 0.0 and 0.0 <= rows[2]["round_share"] <= 1.0
     # Each worker had its own half of the cores, and its own rate in the row.
     assert report["machine"]["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2

@@ -203,6 +203,7 @@ class LocalSGD(keras.callbacks.Callback):
             self._sum_reports = tf.function(
                 lambda report: comm.total([report], name="round_reports")[0],
                 input_signature=[spec])
+            self._sum_reports.get_concrete_function()  # traced now, not in the first round
         self.timer.restart()
 
     def on_epoch_begin(self, epoch, logs=None):
