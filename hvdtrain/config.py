@@ -385,6 +385,18 @@ def parse_int_list(text: str, flag: str) -> list[int]:
     return values
 
 
+def parse_seconds_list(text: str, flag: str) -> list[float]:
+    """'2,5' -> [2.0, 5.0]: positive, finite numbers of seconds."""
+    try:
+        values = [float(part) for part in str(text).split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0 < v < float("inf") for v in values):
+        raise ConfigError(f"{flag} must be positive numbers of seconds separated by commas, "
+                          f"got {text!r}")
+    return values
+
+
 def parse_choice_list(text: str, flag: str, choices: tuple[str, ...]) -> list[str]:
     """'sync,local' -> ['sync', 'local'], each one of `choices`."""
     values = [part.strip() for part in str(text).split(",")]

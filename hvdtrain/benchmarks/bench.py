@@ -12,7 +12,7 @@ from hvdtrain.benchmarks.launching import horovodrun_command, run_job
 from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
 from hvdtrain.config import (LOCAL_MODES, load_config, parse_choice_list, parse_int_list,
-                             parse_shape)
+                             parse_seconds_list, parse_shape)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
@@ -141,7 +141,7 @@ def _setups(args, cfg) -> list[dict]:
                   mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce,
                   bucket_mb=cfg.bucket_mb, data="host" if args.host_data else "device",
                   slow_rank=slow[0] if slow else None, slow_factor=slow[1] if slow else 1.0)
-    periods = parse_seconds_list(args.sync_seconds) if args.sync_seconds else []
+    periods = parse_seconds_list(args.sync_seconds, "--sync-seconds") if args.sync_seconds else []
     setups = []
     for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode in LOCAL_MODES else [None]
@@ -149,18 +149,6 @@ def _setups(args, cfg) -> list[dict]:
         if mode in LOCAL_MODES:
             setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t) for t in periods]
     return setups
-
-
-def parse_seconds_list(text: str) -> list[float]:
-    """'2,5' -> [2.0, 5.0]: positive numbers of seconds."""
-    try:
-        values = [float(part) for part in str(text).split(",")]
-    except ValueError:
-        values = []
-    if not values or not all(0 < v < float("inf") for v in values):
-        raise ConfigError(f"--sync-seconds must be positive numbers of seconds separated by "
-                          f"commas, got {text!r}")
-    return values
 
 
 def run(args: argparse.Namespace) -> int:
