@@ -94,7 +94,6 @@ def measure(setup: Setup) -> dict:
 
     keras.backend.clear_session()
     steps = rounded_steps(setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
-    timed = setup.sync_seconds is not None  # then the workers' step counts differ
     total_steps = setup.warmup_steps + steps
     timer = StepTimer(setup.warmup_steps)
     if setup.slow_rank is not None and setup.slow_rank >= comm.size():
@@ -124,16 +123,7 @@ def measure(setup: Setup) -> dict:
         raise ConfigError(f"{setup.label}: a worker took no steps after the --warmup-steps "
                           f"({setup.warmup_steps}); give --steps more (now {setup.steps})")
     rates = worker_throughput(step_seconds, setup.window, setup.batch_size)
-    if timed:
-        # Rounds came by the clock: the run's rounds, over each worker's mean steps in the
-        # run; the timed steps are each worker's own, averaged.
-        exchanges = summary["averaging_rounds"] if workers > 1 else 0
-        exchange_steps = sum(summary["steps_per_worker"]) / workers
-        steps = round(sum(map(len, step_seconds)) / workers)
-    else:
-        exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync,
-                                 workers)
-        exchange_steps = steps
+    exchanges, exchange_steps, steps = _exchange_counts(setup, summary, step_seconds, steps)
     gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
     if setup.mode in LOCAL_MODES:
         averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
@@ -158,6 +148,21 @@ def measure(setup: Setup) -> dict:
         # The workers' mean share of the timed steps spent in rounds: what they waited.
         "round_share": sum(row[0] for row in all_workers([timer.round_share])) / workers,
     }
+
+
+def _exchange_counts(setup: Setup, summary: dict, step_seconds: list[list[float]],
+                     steps: int) -> tuple[int, float, int]:
+    """(exchanges, the steps they are spread over, timed steps) of one measurement."""
+    workers = len(step_seconds)
+    if setup.sync_seconds is None:
+        exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync,
+                                 workers)
+        return exchanges, steps, steps
+    # Rounds came by the clock and the workers' step counts differ: the run's rounds, over
+    # each worker's mean steps in the run; the timed steps are each worker's own, averaged.
+    exchanges = summary["averaging_rounds"] if workers > 1 else 0
+    return (exchanges, sum(summary["steps_per_worker"]) / workers,
+            round(sum(map(len, step_seconds)) / workers))
 
 
 def machine() -> dict:
