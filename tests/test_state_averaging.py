@@ -131,6 +131,17 @@ def test_fp16_hand_over_from_rank_0_sends_its_change(ranks):
     assert abs(chief - float(F32(1.0 + STEP))) <= STEP * 2.0 ** -11 + F32_HALF_ULP_AT_1
 
 
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("optimizer", ["Adam", "Adadelta", "Adamax"])
+@pytest.mark.parametrize("kind", ["mean", "chief"])
+def test_fp16_rounds_keep_running_squares_and_norms_non_negative(ranks, optimizer, kind):
+    # Adam's velocity, Adadelta's accumulated squares, Adamax's norm: each slot came back
+    # from reference 5.5e-8 plus a float16 change that overshoots 2e-8 below zero.
+    squares = _same_on_both_ranks(ranks, f"squares_{optimizer}_{kind}")
+    assert squares.size >= 1 + (optimizer == "Adadelta")  # every such slot was found
+    assert (squares >= 0).all(), squares
+
+
 def _pooled(means, variances):
     means, variances = np.asarray(means, np.float64), np.asarray(variances, np.float64)
     mean = means.mean(axis=0)

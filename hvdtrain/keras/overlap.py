@@ -100,9 +100,8 @@ class OverlappedRounds:
         variables = self.averager.variables
         updated = [delayed_average_update(x, s, m)
                    for x, s, m in zip(read(variables), snapshot, means)]
-        for j in self.averager.non_negative_positions:
-            updated[j] = tf.maximum(updated[j], 0.0)  # a variance stays a variance
-        assign(variables, updated)
+        # x - s can undo the floor the mean got: a variance stays a variance.
+        assign(variables, self.averager.clamp_non_negative(updated))
         if self.averager.reference is not None:
             # fp16 rounds send the change from a state every worker holds: this mean is one.
             assign(self.averager.reference, means)

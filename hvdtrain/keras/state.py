@@ -46,10 +46,17 @@ def batch_norm_statistics(model: keras.Model) -> list[tuple]:
     return pairs
 
 
+# Keras 3 names an optimizer's slot after the weight it belongs to and its kind. These
+# kinds hold running squares or norms, of which the optimizer takes roots or divides by:
+# Adam's, Nadam's and RMSprop's velocity (AMSGrad's velocity_hat), Adagrad's and Ftrl's
+# accumulator, Adadelta's accumulated squares, Adamax's norm.
+NON_NEGATIVE_SLOTS = ("velocity", "velocity_hat", "accumulator", "accumulated_grad",
+                      "accumulated_delta_var", "norm")
+
+
 def _is_running_square(variable) -> bool:
-    # Keras 3 names an optimizer's slot after the weight it belongs to and its kind.
     name = str(getattr(variable, "path", None) or getattr(variable, "name", ""))
-    return name.rsplit("/", 1)[-1].split(":")[0].endswith(("velocity", "velocity_hat", "accumulator"))
+    return name.rsplit("/", 1)[-1].split(":")[0].endswith(NON_NEGATIVE_SLOTS)
 
 
 def read(variables) -> list[tf.Tensor]:
@@ -256,9 +263,20 @@ class ModelStateAverager:
     def non_negative_positions(self) -> list[int]:
         """Positions in `variables` of values that must stay >= 0 whatever arithmetic a
         round does on them: BatchNorm moving variances, and the optimizer's running squares
-        (Adam's and RMSprop's velocity, Adagrad's accumulator), of which Adam takes roots."""
-        squares = [i for i, v in enumerate(self.variables) if _is_running_square(v)]
+        (`NON_NEGATIVE_SLOTS`). Only slots are matched by name: a weight may be called
+        anything, and a negative one is no error."""
+        first_slot = len(self.weights) + len(self.statistics)
+        squares = [first_slot + i for i, v in enumerate(self.slots) if _is_running_square(v)]
         return sorted({j for _, j in self._moments} | set(squares))
+
+    def clamp_non_negative(self, values) -> list[tf.Tensor]:
+        """`values` (one per variable) with the non-negative ones floored at 0. A round in
+        float16 adds a rounded change to its reference, which can overshoot below 0: with
+        reference 5.5e-8 and value 2e-8 it gives -4.6e-9, and Adam's sqrt(v) is then NaN."""
+        values = list(values)
+        for j in self.non_negative_positions:
+            values[j] = tf.maximum(values[j], tf.zeros((), values[j].dtype))
+        return values
 
     def exchange(self, values, take_chief: bool = False,
                  name: str = "model_state") -> list[tf.Tensor]:
@@ -280,7 +298,7 @@ class ModelStateAverager:
                                   name="model_state_from_chief", fp16=self.fp16_allreduce)
         else:
             received = comm.average(sent, name=name, fp16=self.fp16_allreduce)
-        return _decode(received, reference, moments)
+        return self.clamp_non_negative(_decode(received, reference, moments))
 
     def _outer_update(self, means, inner_lr, apply_outer: bool) -> list:
         """The new x0, which every worker takes: the outer step from the mean, or the mean."""

@@ -139,6 +139,36 @@ def pooled_fp16(rank) -> dict:
             "slots_fp16": np.concatenate([s.numpy().ravel() for s in slots])}
 
 
+# The issue's case: a reference of 5.5e-8 and values of 2e-8 on both ranks. The change,
+# -3.5e-8, is below float16's smallest subnormal step (6e-8), rounds to -6e-8, and the
+# reference plus it is -4.6e-9 unless the round floors it.
+SQUARE_REFERENCE, SQUARE_NOW = 5.5e-8, 2e-8
+
+
+def non_negative_slot_rounds(rank) -> dict:
+    """fp16 rounds (averaging and the hand-over from rank 0) on optimizers whose slots
+    hold running squares or norms; every slot starts at the reference, then drops."""
+    results = {}
+    for name in ("Adam", "Adadelta", "Adamax"):
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+        model.compile(getattr(keras.optimizers, name)(INNER_LR), "mse")
+        build_optimizer(model)
+        slots = optimizer_slots(model.optimizer)
+        averager = ModelStateAverager(model, optimizer_state=True, fp16_allreduce=True)
+        for take_chief in (False, True):
+            for slot in slots:
+                slot.assign(tf.fill(slot.shape, SQUARE_REFERENCE))
+            averager.reset_anchor()
+            for slot in slots:
+                slot.assign(tf.fill(slot.shape, SQUARE_NOW))
+            averager.average(take_chief=take_chief)
+            positions = averager.non_negative_positions
+            kind = "chief" if take_chief else "mean"
+            results[f"squares_{name}_{kind}"] = np.concatenate(
+                [averager.variables[j].numpy().ravel() for j in positions] + [np.zeros(0)])
+    return results
+
+
 def local_sgd_fit(rank) -> dict:
     """LocalSGD with fp16 and SlowMo in model.fit, from different initial weights: the
     references must be reset after the initial broadcast for the rounds to agree."""
@@ -156,7 +186,8 @@ def main(results_dir):
     comm.init()
     rank = comm.rank()
     results = {**fp16_weight_rounds(rank), **fp16_slowmo_rounds(rank), **fp16_take_chief(rank),
-               **pooled_statistics(rank), **pooled_fp16(rank), **local_sgd_fit(rank)}
+               **pooled_statistics(rank), **pooled_fp16(rank), **local_sgd_fit(rank),
+               **non_negative_slot_rounds(rank)}
     np.savez(os.path.join(results_dir, f"state-rank{rank}.npz"), **results)
 
 
