@@ -19,10 +19,21 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 
+_worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers
+
+
 def init() -> None:
     """Start Horovod once; without horovodrun this is a world of one worker."""
+    global _worlds_started
     if not hvd.is_initialized():
         hvd.init()
+        _worlds_started += 1
+
+
+def world_id() -> int:
+    """Changes whenever this process joins a new set of workers (an elastic reset), so
+    state handed out once per set of workers can tell when it must be handed out again."""
+    return _worlds_started
 
 
 def rank() -> int:
@@ -162,7 +173,9 @@ def elastic_run(func):
             raise
 
     def reset():
+        global _worlds_started
         hvd.shutdown()
         hvd.init()
+        _worlds_started += 1
 
     return run_fn(wrapper, reset)

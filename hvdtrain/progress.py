@@ -26,6 +26,8 @@ class TrainingProgress:
     - `state_bytes`: bytes this worker handed to allreduce in state-averaging rounds
       (local SGD rounds, sync mode's BatchNorm averaging); a round with one worker
       sends nothing and adds nothing.
+    - `broadcast_bytes`: bytes this worker handed to broadcasts of rank 0's whole state
+      (at the start of a run, and after an elastic reset).
     - `consensus_step`: the step after which all workers last held the same state, or
       None when they always do (synchronous training).
     - `round_seconds`: wall time this worker's training thread spent in averaging rounds
@@ -43,6 +45,7 @@ class TrainingProgress:
     steps: int = 0
     averaging_rounds: int = 0
     state_bytes: int = 0
+    broadcast_bytes: int = 0
     consensus_step: int | None = None
     round_seconds: float = 0.0
     own_steps: int = 0
@@ -75,7 +78,7 @@ class TrainingProgress:
         """What a checkpoint or an elastic commit keeps (consensus is implied there)."""
         return {"epoch_examples": self.epoch_examples, "examples": self.examples,
                 "steps": self.steps, "averaging_rounds": self.averaging_rounds,
-                "state_bytes": self.state_bytes}
+                "state_bytes": self.state_bytes, "broadcast_bytes": self.broadcast_bytes}
 
 
 def epoch_length(num_train: int | None, steps_cap: int | None, global_batch: int) -> int:

@@ -53,9 +53,36 @@ def test_readme_timed_rounds_example_ends_each_fit_in_consensus_at_the_same_roun
     assert int(ranks[0]["examples"]) == 32 * int(np.sum(ranks[0]["steps"]))
 
 
-def test_sync_layer_with_loss_scaling_keeps_ranks_identical_and_skips_overflow_together(tmp_path):
-    horovodrun("keras_layer_worker.py", str(tmp_path))
-    ranks = load_rank_files(str(tmp_path), "sync")
+@pytest.fixture(scope="module")
+def layer_results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keras_layer")
+    horovodrun("keras_layer_worker.py", str(root))
+    return str(root)
+
+
+def test_local_sgd_finds_gradient_averaging_wrapped_around_a_loss_scale_optimizer(layer_results):
+    ranks = load_rank_files(layer_results, "local")
+    # The warm start's 4 steps averaged their gradients; the 12 local steps after did not.
+    assert [int(r["averaged_steps"]) for r in ranks] == [4, 4]
+    np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
+
+
+def test_a_second_fit_keeps_each_workers_own_momentum_and_broadcasts_nothing(layer_results):
+    ranks = load_rank_files(layer_results, "local")
+    # Rank 1 starts the second fit with the momentum it ended the first with, not rank 0's.
+    for r in ranks:
+        np.testing.assert_array_equal(r["momentum_at_begin"][1], r["momentum_at_end"][0])
+    assert not np.array_equal(ranks[0]["momentum_at_end"][0], ranks[1]["momentum_at_end"][0])
+    # One broadcast, not one per fit: the 18 float32 weights and their momentum (144
+    # bytes), plus the optimizers' few scalars (step counters, rate, loss scale).
+    sent = int(ranks[0]["broadcast_bytes"])
+    assert sent == int(ranks[1]["broadcast_bytes"])
+    assert 2 * 18 * 4 < sent < 2 * (2 * 18 * 4)
+
+
+def test_sync_layer_with_loss_scaling_keeps_ranks_identical_and_skips_overflow_together(
+        layer_results):
+    ranks = load_rank_files(layer_results, "sync")
     # Identical after every step, though the ranks started from different weights.
     np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
     np.testing.assert_array_equal(ranks[0]["scales"], ranks[1]["scales"])

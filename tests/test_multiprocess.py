@@ -32,6 +32,9 @@ RUNS = {
                             outer_lr=1.0, outer_momentum=0.0),
     "slowmo_momentum": dict(PLAIN_SGD, mode="local", n_sync=3, outer_optimizer="slowmo",
                             outer_momentum=0.5),
+    # Two epochs of 7 and 6 steps of 32 (200 examples each): two fit calls; 4 warm steps.
+    "mixed_local_warm": dict(LENET_TINY, steps_per_epoch=None, train_examples=200, epochs=2,
+                             mode="local", n_sync=2, warm_start_steps=4, mixed_precision=True),
     "resnet_sync": dict(RESNET_TINY),
     "resnet_local_warm": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2),
     "resnet_local_single": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2,
@@ -153,6 +156,25 @@ def test_summary_reports_the_run(trained):
     assert summary["gradient_steps_averaged"] == 16 and summary["averaging_rounds"] == 0
     assert summary["bytes_allreduced"] == 16 * 61_706 * 4
     assert summary["round_seconds"] == 0.0  # no state-averaging rounds in sync mode
+
+
+def test_mixed_precision_local_sgd_averages_gradients_in_the_warm_start_only(trained):
+    _, results, _ = trained
+    ranks = results["mixed_local_warm"]
+    _assert_same_on_both_ranks(ranks, "trainable", atol=0)
+    summary = ranks[0]["summary"]
+    assert summary["total_steps"] == 13
+    assert summary["gradient_steps_averaged"] == 4  # the warm start's, not all 13
+
+
+def test_rank_0s_state_is_broadcast_once_per_run_not_once_per_fit(trained):
+    _, results, _ = trained
+    # Weights and momentum of 61,706 float32 parameters, plus a few optimizer scalars:
+    # once, though the two epochs of 7 and 6 steps took two fit calls.
+    state = 2 * 61_706 * 4
+    for name in ("sync", "mixed_local_warm"):
+        sent = results[name][0]["summary"]["bytes_broadcast"]
+        assert state <= sent < state + 1024, name
 
 
 def test_gradient_groups_change_how_gradients_travel_not_what_is_learned(trained):

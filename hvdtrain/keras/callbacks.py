@@ -12,7 +12,8 @@ import numbers
 import keras
 
 from hvdtrain import comm
-from hvdtrain.keras.state import ModelStateAverager, broadcast_model_state
+from hvdtrain.keras.initial_state import InitialState
+from hvdtrain.keras.state import ModelStateAverager
 from hvdtrain.progress import TrainingProgress
 
 
@@ -20,15 +21,20 @@ class BroadcastInitialState(keras.callbacks.Callback):
     """Copies rank 0's weights and optimizer state to every worker before the first step.
 
     Horovod's own callback does this after the first batch; here it happens in
-    `on_train_begin`, so step one already starts from identical weights.
+    `on_train_begin`, so step one already starts from identical weights. Later `fit`
+    calls with the same workers send nothing (`hvdtrain.keras.initial_state`). With a
+    `progress`, the bytes sent are added to its `broadcast_bytes`.
     """
 
-    def __init__(self, root_rank: int = 0):
+    def __init__(self, root_rank: int = 0, progress: TrainingProgress | None = None):
         super().__init__()
-        self.root_rank = root_rank
+        self.initial_state = InitialState(root_rank)
+        self.progress = progress
 
     def on_train_begin(self, logs=None):
-        broadcast_model_state(self.model, self.root_rank)
+        sent = self.initial_state.give(self.model)
+        if self.progress is not None:
+            self.progress.broadcast_bytes += sent
 
 
 class MetricAverage(keras.callbacks.Callback):

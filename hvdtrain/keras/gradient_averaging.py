@@ -100,3 +100,17 @@ def with_gradient_averaging(optimizer, averaging: bool = True, fp16_allreduce: b
 
 def has_gradient_averaging(optimizer) -> bool:
     return isinstance(optimizer, GradientAveragingMixin)
+
+
+def averaging_optimizer(optimizer):
+    """The optimizer that carries the gradient averaging, wherever it sits in the wrapping
+    (a LossScaleOptimizer is wrapped whole, its inner optimizer is not), or None.
+
+    Looking only at the outermost or only at the innermost optimizer misses it in one of
+    the two layouts a user may build, and local SGD would then leave the averaging on.
+    """
+    while optimizer is not None:
+        if has_gradient_averaging(optimizer):
+            return optimizer
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return None

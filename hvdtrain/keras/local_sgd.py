@@ -36,10 +36,11 @@ import tensorflow as tf
 from hvdtrain import comm
 from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
-from hvdtrain.keras.gradient_averaging import has_gradient_averaging
+from hvdtrain.keras.gradient_averaging import averaging_optimizer
+from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
-                                  broadcast_model_state, broadcast_variables, build_optimizer)
+                                  build_optimizer)
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.timed_rounds import ReportedCounts, RoundTimer
 
@@ -124,6 +125,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.outer = None if outer_optimizer == "none" else OuterOptimizer(
             outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
         self.broadcast_initial_state = broadcast_initial_state
+        self.initial_state = InitialState()
         self.fp16_allreduce = fp16_allreduce
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
@@ -163,27 +165,27 @@ class LocalSGD(keras.callbacks.Callback):
         return self.averager
 
     def on_train_begin(self, logs=None):
-        optimizer = base_optimizer(self.model.optimizer)
+        averaging = averaging_optimizer(self.model.optimizer)
         averages_gradients = self.warm_start == "sync" and self.warm_start_steps > 0
-        if averages_gradients and not has_gradient_averaging(optimizer):
+        if averages_gradients and averaging is None:
             raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
         _check_steps_per_execution(self.model, self.warm_start_steps)
         averager = self.attach(self.model)
-        if self.broadcast_initial_state:
-            broadcast_model_state(self.model)
-            broadcast_variables(averager.buffers or [], name="outer_momentum")
-        averager.reset_anchor()
+        if self.broadcast_initial_state:  # once per set of workers, not once per fit
+            self.progress.broadcast_bytes += self.initial_state.give(
+                self.model, averager.buffers or [], name="outer_momentum")
+        averager.reset_anchor()  # every fit starts in consensus (rounds end each one)
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
-        self.progress.steps = int(optimizer.iterations.numpy())
+        self.progress.steps = int(base_optimizer(self.model.optimizer).iterations.numpy())
         self.progress.consensus_step = self.progress.steps
         averager.trace(apply_outer=True)
         if self._overlapped is not None:
             self._overlapped.trace()
         if self.progress.steps < self.warm_start_steps:
             averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
-        if has_gradient_averaging(optimizer):
-            optimizer.averaging_enabled.assign(
+        if averaging is not None:
+            averaging.averaging_enabled.assign(
                 averages_gradients and self.progress.steps < self.warm_start_steps)
         if self.timer is not None:
             self._begin_timed_rounds()
@@ -222,7 +224,7 @@ class LocalSGD(keras.callbacks.Callback):
         done = range(self.progress.steps - steps + 1, self.progress.steps + 1)
         if any(is_warm_start_end(step, self.warm_start_steps) for step in done):
             if self.warm_start == "sync":
-                base_optimizer(self.model.optimizer).averaging_enabled.assign(False)
+                averaging_optimizer(self.model.optimizer).averaging_enabled.assign(False)
             self._round(warm_start=True)
             if self.timer is not None:
                 self._begin_timed_rounds()

@@ -58,7 +58,7 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
     step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start_time, progress,
                        chief_only_steps=cfg.warm_start_steps if one_worker_warm_start else 0,
                        per_worker=cfg.sync_seconds is not None)
-    broadcast = [BroadcastInitialState()] if cfg.mode == "sync" else []
+    broadcast = [BroadcastInitialState(progress=progress)] if cfg.mode == "sync" else []
     every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, throughput,
                   MetricAverage(), FiniteLossGuard(progress, checkpointer.store), step_log,
                   *extra]

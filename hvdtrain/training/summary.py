@@ -52,6 +52,8 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         # What this worker handed to allreduce: gradients on averaged steps, model state
         # in averaging rounds (none in rounds held with one worker).
         "bytes_allreduced": gradient_steps * gradient_bytes + progress.state_bytes,
+        # Rank 0's whole state, broadcast when a set of workers starts (not per fit).
+        "bytes_broadcast": progress.broadcast_bytes,
         "final_train_loss": float(history["loss"][-1]) if history else float("nan"),
         "final_train_accuracy": float(history["accuracy"][-1]) if history else float("nan"),
     }
