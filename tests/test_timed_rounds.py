@@ -112,7 +112,34 @@ MODES = ("local", "async")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("timed")
     horovodrun("timed_rounds_worker.py", str(root))
-    return {mode: load_rank_files(str(root), mode) for mode in MODES}
+    return {mode: load_rank_files(str(root), mode) for mode in (*MODES, "long", "refused")}
+
+
+@pytest.mark.multiprocess
+def test_a_period_longer_than_an_epoch_logs_every_epoch_it_passed_and_trains_no_more(results):
+    summary = json.loads(str(results["long"][0]["summary"]))
+    out = str(results["long"][0]["out"])
+    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as fh:
+        lines = [json.loads(line) for line in fh]
+    epoch_examples = summary["epoch_examples"]
+    # Each line's epoch is the count's, and a line that passed several boundaries says so.
+    ended = 0
+    for line in lines:
+        assert line["epoch"] == line["examples"] // epoch_examples
+        assert line.get("epochs_passed", 1) == line["epoch"] - ended
+        ended = line["epoch"]
+    assert any(line.get("epochs_passed", 1) > 1 for line in lines)  # the case under test
+    # No fit after the count reached the 3 epochs asked for.
+    assert [line["epoch"] >= 3 for line in lines].count(True) == 1
+    assert summary["examples_trained"] // epoch_examples == lines[-1]["epoch"]
+
+
+@pytest.mark.multiprocess
+def test_a_fit_of_several_epochs_with_timed_rounds_is_refused_in_one_line(results):
+    for rank in results["refused"]:
+        message = str(rank["message"])
+        assert "must train one epoch" in message and "got 3 epochs from epoch 1" in message
+        assert "\n" not in message
 
 
 @pytest.mark.multiprocess
@@ -138,9 +165,12 @@ def test_every_epoch_ends_in_consensus_on_the_jobs_examples_and_schedule_step(re
     out = str(ranks[0]["out"])
     with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as fh:
         epochs = [json.loads(line) for line in fh]
-    assert [e["epoch"] for e in epochs] == [1, 2]
-    for epoch, (record, iterations) in enumerate(zip(epochs, ranks[0]["iterations"]), start=1):
-        assert record["examples"] >= epoch * EPOCH_EXAMPLES  # an epoch never ends short
+    # One line per fit; a period under load may pass two boundaries at once (then the
+    # line says so: test_a_period_longer_than_an_epoch_...).
+    assert epochs[-1]["epoch"] >= 2 and len(epochs) == len(ranks[0]["iterations"])
+    for record, iterations in zip(epochs, ranks[0]["iterations"]):
+        # An epoch never ends short: the count has reached the boundary it names.
+        assert record["epoch"] == record["examples"] // EPOCH_EXAMPLES
         assert record["step"] == iterations == record["examples"] // (2 * BATCH)
         assert len(record["steps_per_worker"]) == 2
     summary = json.loads(str(ranks[0]["summary"]))

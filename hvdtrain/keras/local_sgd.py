@@ -210,6 +210,7 @@ class LocalSGD(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.timer is not None:
+            _check_one_epoch_per_fit(epoch, self.params.get("epochs", epoch + 1))
             length = self.progress.epoch_examples
             self._epoch_end = (self.progress.examples // length + 1) * length
             self._stopped_epoch = False
@@ -383,6 +384,15 @@ def _check_timed(batch_size, epoch_examples) -> None:
     if not epoch_examples:
         raise ValueError("LocalSGD(sync_seconds=...) needs epoch_examples: an epoch ends when "
                          "the workers together have trained that many examples")
+
+
+def _check_one_epoch_per_fit(epoch: int, epochs: int) -> None:
+    """Timed rounds end an epoch by stopping the fit, so the fit's later epochs would never run."""
+    if epochs - epoch > 1:
+        raise ValueError(f"LocalSGD(sync_seconds=...) ends each epoch by stopping fit, so fit "
+                         f"must train one epoch: call it once per epoch with "
+                         f"initial_epoch=e, epochs=e + 1 (got {epochs - epoch} epochs from "
+                         f"epoch {epoch + 1})")
 
 
 def _check_steps_per_execution(model: keras.Model, warm_start_steps: int) -> None:

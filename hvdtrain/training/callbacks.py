@@ -93,8 +93,13 @@ class MetricsLog(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         record = {k: float(v) for k, v in (logs or {}).items()}
+        # The epochs the job's examples have completed: Keras's count, except when one
+        # period of timed rounds carried the count past more than one boundary.
+        ended = self.progress.epoch if self.progress.epoch_examples else epoch + 1
+        if ended > epoch + 1:
+            record["epochs_passed"] = ended - epoch  # this line ends them all
         record.update(
-            epoch=epoch + 1,
+            epoch=ended,
             step=self.progress.steps,
             examples=self.progress.examples,
             lr=float(current_learning_rate(self.model.optimizer).numpy()),

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterator
 
 import keras
 import numpy as np
@@ -165,11 +165,16 @@ def _fit(run: Run, verbose: int | None) -> None:
             run.history.setdefault(key, []).extend(values)
 
 
-def _phases(cfg: TrainConfig, progress: TrainingProgress, world: World) -> list[FitPhase]:
+def _phases(cfg: TrainConfig, progress: TrainingProgress, world: World) -> Iterator[FitPhase]:
     if cfg.sync_seconds:
         # Epochs end at a round, which stops the fit (LocalSGD): one fit each, open-ended.
-        return [FitPhase(epoch, epoch + 1, None) for epoch in range(progress.epoch, cfg.epochs)]
-    return fit_phases(progress.examples, progress.epoch_examples, cfg.epochs, world.global_batch)
+        # A period may carry the count past more than one boundary; the next fit then
+        # starts at the epoch the count has reached, so Keras's epochs follow the count.
+        while progress.epoch < cfg.epochs:
+            yield FitPhase(progress.epoch, progress.epoch + 1, None)
+        return
+    yield from fit_phases(progress.examples, progress.epoch_examples, cfg.epochs,
+                          world.global_batch)
 
 
 def _fit_phase(run: Run, phase: FitPhase, first_step: int, verbosity: int):

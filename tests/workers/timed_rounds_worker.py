@@ -11,6 +11,7 @@ import sys
 import keras
 import numpy as np
 
+import hvdtrain.keras as hk
 from hvdtrain import comm
 from hvdtrain.benchmarks.timing import SlowerSteps
 from hvdtrain.config import load_config
@@ -35,8 +36,36 @@ class EpochEnds(keras.callbacks.Callback):
         self.rounds.append(int(logs["averaging_rounds"]))
 
 
+def long_periods(results_dir: str) -> None:
+    """Periods far longer than an epoch (2 global steps): a round carries the count past
+    several epoch boundaries at once."""
+    out = os.path.join(results_dir, "run-long")
+    cfg = load_config(None, dict(
+        model="lenet", dataset="synthetic", train_examples=2 * 2 * BATCH, batch_size=BATCH,
+        epochs=3, mode="local", sync_seconds=1.0, validate=False, out=out, seed=3))
+    result = train(cfg, verbose=0)
+    np.savez(os.path.join(results_dir, f"long-rank{comm.rank()}.npz"),
+             summary=json.dumps(result.summary), out=out)
+
+
+def fit_of_many_epochs(results_dir: str) -> None:
+    """A user's fit of 3 epochs with timed rounds: refused on every rank, in one line."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    data = np.zeros((8, 2), np.float32), np.zeros((8, 1), np.float32)
+    try:
+        model.fit(*data, batch_size=4, epochs=3, verbose=0,
+                  callbacks=[hk.LocalSGD(sync_seconds=1.0, batch_size=4, epoch_examples=16)])
+        message = ""
+    except ValueError as exc:
+        message = str(exc)
+    np.savez(os.path.join(results_dir, f"refused-rank{comm.rank()}.npz"), message=message)
+
+
 def main(results_dir: str) -> None:
     comm.init()
+    long_periods(results_dir)
+    fit_of_many_epochs(results_dir)
     for mode in ("local", "async"):
         seen = EpochEnds()
         out = os.path.join(results_dir, f"run-{mode}")
