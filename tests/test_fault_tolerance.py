@@ -212,10 +212,16 @@ def _checkpoints(out):
 
 
 @pytest.mark.multiprocess
-def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path, idx_dataset_dir):
+@pytest.mark.parametrize("mode", [
+    (),
+    # Overlapped rounds every 2 steps; the one after each 4th step blocks for the checkpoint.
+    ("--mode", "async", "--n-sync", "2"),
+], ids=["sync", "async"])
+def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path, idx_dataset_dir,
+                                                                        mode):
     out = tmp_path / "run"
     command = _train_command(idx_dataset_dir, out, "--model", "resnet20", "--steps-per-epoch", "24",
-                             "--checkpoint-every", "4")
+                             "--checkpoint-every", "4", *mode)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=_env())
     try:
@@ -448,11 +454,16 @@ def _finish(proc, timeout=240):
 
 
 @pytest.mark.multiprocess
-def test_elastic_job_loses_a_worker_and_finishes_with_the_other(tmp_path, idx_dataset_dir):
+@pytest.mark.parametrize("mode", [
+    (),
+    # A round in flight when the worker dies; the round after each 5th step blocks to commit.
+    ("--mode", "async", "--n-sync", "2"),
+], ids=["sync", "async"])
+def test_elastic_job_loses_a_worker_and_finishes_with_the_other(tmp_path, idx_dataset_dir, mode):
     # No --steps-per-epoch: the epoch is the 512-example training set, 32 steps for two
     # workers and 64 for one; the worker is lost somewhere in the second epoch.
     proc, hosts, out = _elastic_job(tmp_path, idx_dataset_dir, "localhost:1\n127.0.0.1:1\n", 2,
-                                    "--epochs", "3")
+                                    "--epochs", "3", *mode)
     try:
         assert _wait_for(lambda: len(_epochs_done(out)) >= 1, 240, proc)
         hosts.write_text("localhost:1\n")

@@ -18,13 +18,19 @@ def test_the_update_is_the_stale_mean_plus_the_progress_since_the_snapshot():
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(outer_optimizer="slowmo"), "--mode async takes the plain average: --outer-optimizer slowmo"),
-    (dict(elastic=True, out="runs/x"), "--mode async does not work with --elastic yet"),
-    (dict(checkpoint_every="500"), "--mode async checkpoints at epoch ends, where the workers "
-                                   "agree; got --checkpoint-every 500"),
 ])
 def test_what_async_cannot_do_is_refused_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, dict(mode="async", **overrides))
+
+
+def test_async_checkpoints_every_n_steps_and_commits_elastically_at_blocking_rounds():
+    from hvdtrain.training.build import consensus_intervals
+    cfg = load_config(None, dict(mode="async", checkpoint_every="500", elastic=True,
+                                 elastic_commit_every=30, out="runs/x"))
+    assert consensus_intervals(cfg) == (500, 30)
+    cfg = load_config(None, dict(mode="async", checkpoint_every="2epochs"))
+    assert consensus_intervals(cfg) == (0, 0)
 
 
 def test_local_mode_options_apply_to_async():

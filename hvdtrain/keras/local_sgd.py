@@ -28,21 +28,21 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import keras
-import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
                                   build_optimizer)
+from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.progress import TrainingProgress, executed_steps
-from hvdtrain.timed_rounds import ReportedCounts, RoundTimer
+from hvdtrain.round_triggers import ConsensusWanted, EveryNSteps, EveryTSeconds, WarmStartEnd
+from hvdtrain.timed_rounds import RoundTimer
 
 
 class LocalSGD(keras.callbacks.Callback):
@@ -80,6 +80,10 @@ class LocalSGD(keras.callbacks.Callback):
       batch_size: examples per step of one worker; needed with `sync_seconds`.
       epoch_examples: examples of all workers together in one epoch; needed with
         `sync_seconds` unless `progress` knows it.
+      consensus_every: step intervals after which another callback waits for every
+        worker to hold the same state (a step checkpoint, an elastic commit). With
+        `overlap`, the first round at or after each such step blocks, landing the round
+        in flight first; blocking rounds give consensus anyway.
       progress: the run's `TrainingProgress`, when another callback placed before
         this one advances it (hvdtrain's trainer does); by default this callback
         keeps its own step count.
@@ -105,6 +109,7 @@ class LocalSGD(keras.callbacks.Callback):
                  warm_start: str = "sync", progress: TrainingProgress | None = None,
                  overlap: bool = False, sync_seconds: float | None = None,
                  batch_size: int | None = None, epoch_examples: int | None = None,
+                 consensus_every: Sequence[int] = (),
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
         if n_sync is None and sync_seconds is None:
@@ -113,32 +118,35 @@ class LocalSGD(keras.callbacks.Callback):
         if overlap and outer_optimizer != "none":
             raise ValueError(f"LocalSGD(overlap=True) takes the plain average, got "
                              f"outer_optimizer={outer_optimizer!r}")
-        self.timer = RoundTimer(sync_seconds, clock) if sync_seconds is not None else None
-        if self.timer is not None:
+        if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
-        self.batch_size = batch_size
         self.n_sync = n_sync
-        self.warm_start_steps = warm_start_steps
         self.warm_start = warm_start
         self.average_bn_stats = average_bn_stats
         self.average_optimizer_state = average_optimizer_state
         self.outer = None if outer_optimizer == "none" else OuterOptimizer(
             outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
         self.broadcast_initial_state = broadcast_initial_state
-        self.initial_state = InitialState()
         self.fp16_allreduce = fp16_allreduce
+        self.batch_size = batch_size
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.overlap = overlap
+        # When rounds fall due, one object per policy (hvdtrain.round_triggers).
+        self.warm = WarmStartEnd(warm_start_steps)
+        self.timed = TimedEpochs(self.progress, batch_size) if sync_seconds is not None else None
+        self.trigger = (EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
+                        if sync_seconds is not None else EveryNSteps(n_sync, warm_start_steps))
+        self.consensus = ConsensusWanted(consensus_every)
+        self.initial_state = InitialState()
         self.averager: ModelStateAverager | None = None
         self._overlapped: OverlappedRounds | None = None
         self._begin = 0
         self._epoch_distances: list[float] = []
-        self._counts: ReportedCounts | None = None  # with sync_seconds
-        self._sum_reports = None
-        self._schedule_origin: tuple[int, int] | None = None
-        self._epoch_end = 0       # the job's examples at which this epoch ends
-        self._stopped_epoch = False
+
+    @property
+    def warm_start_steps(self) -> int:
+        return self.warm.steps
 
     @property
     def rounds(self) -> int:
@@ -161,59 +169,38 @@ class LocalSGD(keras.callbacks.Callback):
                 fp16_allreduce=self.fp16_allreduce)
             if self.overlap:
                 self._overlapped = OverlappedRounds(self.averager,
-                                                    reports=self.timer is not None)
+                                                    reports=self.timed is not None)
         return self.averager
+
+    # --- Keras hooks ---
 
     def on_train_begin(self, logs=None):
         averaging = averaging_optimizer(self.model.optimizer)
-        averages_gradients = self.warm_start == "sync" and self.warm_start_steps > 0
+        averages_gradients = self.warm_start == "sync" and self.warm.steps > 0
         if averages_gradients and averaging is None:
             raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
-        _check_steps_per_execution(self.model, self.warm_start_steps)
+        _check_steps_per_execution(self.model, self.warm.steps)
         averager = self.attach(self.model)
         if self.broadcast_initial_state:  # once per set of workers, not once per fit
             self.progress.broadcast_bytes += self.initial_state.give(
                 self.model, averager.buffers or [], name="outer_momentum")
         averager.reset_anchor()  # every fit starts in consensus (rounds end each one)
         # Counting from the optimizer's own step makes a resumed run continue the schedule.
-        self.progress.steps = int(base_optimizer(self.model.optimizer).iterations.numpy())
+        self.progress.steps = self._optimizer_step()
         self.progress.consensus_step = self.progress.steps
-        averager.trace(apply_outer=True)
-        if self._overlapped is not None:
-            self._overlapped.trace()
-        if self.progress.steps < self.warm_start_steps:
-            averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
+        warming = self.warm.warming(self.progress.steps)
+        self._trace(warming)
         if averaging is not None:
-            averaging.averaging_enabled.assign(
-                averages_gradients and self.progress.steps < self.warm_start_steps)
-        if self.timer is not None:
-            self._begin_timed_rounds()
-
-    def _begin_timed_rounds(self) -> None:
-        # Alone, or within the warm start, the workers are in step and count exactly.
-        self.progress.workers_in_step = (comm.size() == 1
-                                         or self.progress.steps < self.warm_start_steps)
-        self._counts = ReportedCounts(self.progress, comm.rank(), comm.size())
-        if self._schedule_origin is None:
-            # Where the job's step count stood; rounds move it by the job's examples.
-            self._schedule_origin = (
-                int(base_optimizer(self.model.optimizer).iterations.numpy()),
-                self.progress.examples)
-        if self._sum_reports is None:
-            spec = tf.TensorSpec([comm.size() + 1], tf.float64)
-            self._sum_reports = tf.function(
-                lambda report: comm.total([report], name="round_reports")[0],
-                input_signature=[spec])
-            self._sum_reports.get_concrete_function()  # traced now, not in the first round
-        self.timer.restart()
+            averaging.averaging_enabled.assign(averages_gradients and warming)
+        if self.timed is not None:
+            self.timed.begin(self.progress.steps, in_step=warming)
+        self.trigger.restart()
 
     def on_epoch_begin(self, epoch, logs=None):
-        if self.timer is not None:
+        if self.timed is not None:
             _check_one_epoch_per_fit(epoch, self.params.get("epochs", epoch + 1))
-            length = self.progress.epoch_examples
-            self._epoch_end = (self.progress.examples // length + 1) * length
-            self._stopped_epoch = False
+            self.timed.begin_epoch()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
@@ -223,128 +210,27 @@ class LocalSGD(keras.callbacks.Callback):
         if self.counts_steps:
             self.progress.advance(steps, self.batch_size or 0, comm.size())
         done = range(self.progress.steps - steps + 1, self.progress.steps + 1)
-        if any(is_warm_start_end(step, self.warm_start_steps) for step in done):
-            if self.warm_start == "sync":
-                averaging_optimizer(self.model.optimizer).averaging_enabled.assign(False)
-            self._round(warm_start=True)
-            if self.timer is not None:
-                self._begin_timed_rounds()
-        elif self.timer is None:
-            if any(is_local_sync_step(step, self.n_sync, self.warm_start_steps) for step in done):
-                self._round(warm_start=False)
-        elif not self.progress.workers_in_step and self.timer.due():
-            self._timed_round()
-        if self.timer is not None and self.progress.workers_in_step \
-                and self.progress.examples >= self._epoch_end:
+        self.consensus.note(done)
+        if self.warm.due(done):
+            self._end_warm_start()
+        elif self.trigger.due(done):
+            self._timed_round() if self.timed is not None else self._round()
+        if self.timed is not None and self.timed.in_step_past_end():
             self._stop_epoch()  # in step, every worker gets here at the same step
         if logs is not None:
             logs["round_seconds"] = self.progress.round_seconds
-
-    @contextlib.contextmanager
-    def _timing_rounds(self):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.progress.round_seconds += time.perf_counter() - start
-
-    def _round(self, warm_start: bool) -> None:
-        with self._timing_rounds():
-            if self._overlapped is not None and not warm_start:
-                self._overlapped_round()
-            else:
-                self._blocking_round(warm_start)
-
-    def _blocking_round(self, warm_start: bool) -> None:
-        # After a synchronous warm start only the BatchNorm statistics differ; after a
-        # one-worker warm start everything but rank 0's state is thrown away.
-        distance = self.averager.average(apply_outer=not warm_start,
-                                         take_chief=warm_start and self.warm_start == "single")
-        if not warm_start:
-            self._epoch_distances.append(distance)
-        self._count_round()
-        if self._reporting:
-            self._learn(self._sum_reports(tf.constant(self._counts.report())).numpy())
-        self.progress.consensus_step = self.progress.steps
-
-    @property
-    def _reporting(self) -> bool:
-        """Whether rounds carry reports: timed rounds, once the workers are out of step."""
-        return self.timer is not None and not self.progress.workers_in_step
-
-    def _timed_round(self) -> None:
-        """A round because T seconds have passed: blocking, or overlapped unless the epoch
-        may have ended by now; a blocking one ends the epoch if the count says so."""
-        with self._timing_rounds():
-            if self._overlapped is not None:
-                self._finish_overlapped()
-            if self._overlapped is not None and not self._counts.epoch_end_due(
-                    self._epoch_end, overlapped=True):
-                self._overlapped.start(self.progress.steps, self._counts.report())
-                self._count_round()
-            else:
-                self._blocking_round(warm_start=False)
-                if self._counts.known >= self._epoch_end:
-                    self._stop_epoch()
-        self.timer.restart()
-
-    def _learn(self, summed) -> None:
-        """Take in a round's reports; the optimizer's step then follows the job's, so the
-        learning-rate schedule follows the job's progress, not this worker's speed."""
-        self._counts.learn(summed)
-        steps, examples = self._schedule_origin
-        job_step = steps + (self.progress.examples - examples) // (self.batch_size * comm.size())
-        base_optimizer(self.model.optimizer).iterations.assign(job_step)
-        self.progress.steps = job_step
-
-    def _stop_epoch(self) -> None:
-        self.model.stop_training = True
-        self._stopped_epoch = True
-
-    def _overlapped_round(self) -> None:
-        """Apply the round in flight, then start the next one from the state that gives;
-        the workers are not in consensus until a blocking round."""
-        self._finish_overlapped()
-        self._overlapped.start(self.progress.steps)
-        self._count_round()
-
-    def _finish_overlapped(self) -> None:
-        finished = self._overlapped.finish() if self._overlapped is not None else None
-        if finished is not None:
-            self._epoch_distances.append(finished.distance)
-            if finished.report is not None:
-                self._learn(finished.report)
-
-    def _count_round(self) -> None:
-        self.progress.averaging_rounds += 1
-        self.progress.state_bytes += self.averager.bytes_per_round
-        if self._reporting:  # out of step means more than one worker
-            self.progress.state_bytes += 8 * (comm.size() + 1)  # the report, float64
-
-    def _sync_pending(self) -> None:
-        """One blocking round unless the workers already agree (a round in flight is
-        applied first)."""
-        with self._timing_rounds():
-            if self._overlapped is not None and self._overlapped.in_flight:
-                started_at = self._overlapped.started_at
-                self._finish_overlapped()
-                if started_at == self.progress.steps:
-                    # Nothing moved since its snapshot: every worker now holds its mean.
-                    self.progress.consensus_step = self.progress.steps
-            if self.averager is not None and not self.progress.in_consensus:
-                # Blocking in overlapped mode too: the caller needs the consensus model now.
-                self._blocking_round(warm_start=self.progress.steps <= self.warm_start_steps)
 
     def on_test_begin(self, logs=None):
         self._sync_pending()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.timer is not None and not self._stopped_epoch:
+        if self.timed is not None and not self.timed.stopped:
             # The other workers are still in timed rounds: this one cannot join them.
             raise ValueError(
                 f"LocalSGD(sync_seconds=...): epoch {epoch + 1} ended on this worker's data "
-                f"after {self.progress.examples} of the {self._epoch_end} examples that end it "
-                "for the job; give fit endless data (dataset.repeat()) and no steps_per_epoch")
+                f"after {self.progress.examples} of the {self.timed.epoch_end} examples that "
+                "end it for the job; give fit endless data (dataset.repeat()) and no "
+                "steps_per_epoch")
         self._sync_pending()
         if logs is not None:
             logs["averaging_rounds"] = self.rounds
@@ -363,6 +249,118 @@ class LocalSGD(keras.callbacks.Callback):
         raised, which Keras ends without `on_train_end`."""
         if self._overlapped is not None:
             self._overlapped.abandon()
+
+    # --- rounds ---
+
+    def _trace(self, warming: bool) -> None:
+        """Build the rounds' graphs now, so no round stalls training on tracing."""
+        self.averager.trace(apply_outer=True)
+        if self._overlapped is not None:
+            self._overlapped.trace()
+        if warming:
+            self.averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
+
+    def _end_warm_start(self) -> None:
+        if self.warm_start == "sync":
+            averaging_optimizer(self.model.optimizer).averaging_enabled.assign(False)
+        with self._timing_rounds():
+            self._blocking_round(warm_start=True)
+        if self.timed is not None:
+            self.timed.begin(self._optimizer_step(), in_step=False)
+        self.trigger.restart()
+
+    def _round(self) -> None:
+        """A round every n_sync steps: overlapped unless plain local SGD, or unless a
+        callback is waiting for consensus."""
+        with self._timing_rounds():
+            if self._overlapped is not None and not self.consensus.take():
+                self._overlapped_round()
+            else:
+                self._finish_overlapped()
+                self._blocking_round(warm_start=False)
+
+    def _timed_round(self) -> None:
+        """A round because T seconds have passed: blocking, or overlapped unless the epoch
+        may have ended by now; a blocking one ends the epoch if the count says so."""
+        with self._timing_rounds():
+            self._finish_overlapped()
+            if self._overlapped is not None and not self.timed.round_may_end_epoch():
+                self._overlapped.start(self.progress.steps, self.timed.report())
+                self._count_round()
+            else:
+                self._blocking_round(warm_start=False)
+                if self.timed.count_reached_end():
+                    self._stop_epoch()
+        self.trigger.restart()
+
+    def _blocking_round(self, warm_start: bool) -> None:
+        # After a synchronous warm start only the BatchNorm statistics differ; after a
+        # one-worker warm start everything but rank 0's state is thrown away.
+        distance = self.averager.average(apply_outer=not warm_start,
+                                         take_chief=warm_start and self.warm_start == "single")
+        if not warm_start:
+            self._epoch_distances.append(distance)
+        self._count_round()
+        if self.timed is not None and self.timed.reporting:
+            self._follow_job_step(self.timed.exchange_report())
+        self.progress.consensus_step = self.progress.steps
+
+    def _overlapped_round(self) -> None:
+        """Apply the round in flight, then start the next one from the state that gives;
+        the workers are not in consensus until a blocking round."""
+        self._finish_overlapped()
+        self._overlapped.start(self.progress.steps)
+        self._count_round()
+
+    def _finish_overlapped(self) -> None:
+        finished = self._overlapped.finish() if self._overlapped is not None else None
+        if finished is not None:
+            self._epoch_distances.append(finished.distance)
+            if finished.report is not None:
+                self._follow_job_step(self.timed.learn(finished.report))
+
+    def _sync_pending(self) -> None:
+        """One blocking round unless the workers already agree (a round in flight is
+        applied first)."""
+        with self._timing_rounds():
+            if self._overlapped is not None and self._overlapped.in_flight:
+                started_at = self._overlapped.started_at
+                self._finish_overlapped()
+                if started_at == self.progress.steps:
+                    # Nothing moved since its snapshot: every worker now holds its mean.
+                    self.progress.consensus_step = self.progress.steps
+            if self.averager is not None and not self.progress.in_consensus:
+                # Blocking in overlapped mode too: the caller needs the consensus model now.
+                self._blocking_round(warm_start=self.progress.steps <= self.warm.steps)
+
+    def _count_round(self) -> None:
+        self.progress.averaging_rounds += 1
+        self.progress.state_bytes += self.averager.bytes_per_round
+        if self.timed is not None:  # out of step means more than one worker
+            self.progress.state_bytes += self.timed.report_bytes
+
+    @contextlib.contextmanager
+    def _timing_rounds(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.progress.round_seconds += time.perf_counter() - start
+
+    # --- the schedule and the fit ---
+
+    def _optimizer_step(self) -> int:
+        return int(base_optimizer(self.model.optimizer).iterations.numpy())
+
+    def _follow_job_step(self, job_step: int) -> None:
+        """After a timed round: the optimizer's step follows the job's, so the
+        learning-rate schedule follows the job's progress, not this worker's speed."""
+        base_optimizer(self.model.optimizer).iterations.assign(job_step)
+        self.progress.steps = job_step
+
+    def _stop_epoch(self) -> None:
+        self.model.stop_training = True
+        self.timed.stopped = True
 
 
 def _check_arguments(n_sync, warm_start_steps, warm_start: str, outer_optimizer: str) -> None:

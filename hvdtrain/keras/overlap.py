@@ -56,6 +56,7 @@ class OverlappedRounds:
         self._snapshot: list[tf.Tensor] | None = None
         self._future: Future | None = None
         self._round_fn = None
+        self._traced_for: tuple[int, int] | None = None
 
     @property
     def in_flight(self) -> bool:
@@ -63,7 +64,10 @@ class OverlappedRounds:
 
     def trace(self) -> None:
         """Build the round's graph now, so the first round does not stall on tracing."""
-        if self._round_fn is None and comm.size() > 1 and self.averager.variables:
+        world = (comm.rank(), comm.size())
+        if self._traced_for != world and comm.size() > 1 and self.averager.variables:
+            # The workers' number shapes the reports; an elastic job that resized retraces.
+            self._traced_for = world
             signature = [[tf.TensorSpec(v.shape, tf.as_dtype(v.dtype))
                           for v in self.averager.variables]]
             if self.reports:

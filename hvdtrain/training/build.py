@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from hvdtrain.config import LOCAL_MODES, TrainConfig
+from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval
 from hvdtrain.data import DataSource
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.local_sgd import LocalSGD
@@ -63,12 +63,19 @@ def state_callback(cfg: TrainConfig, model: keras.Model,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
-            batch_size=cfg.batch_size)
+            batch_size=cfg.batch_size, consensus_every=consensus_intervals(cfg))
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.
     callback.attach(model)
     return callback
+
+
+def consensus_intervals(cfg: TrainConfig) -> tuple[int, ...]:
+    """Every how many steps a callback waits for consensus: step checkpoints, elastic
+    commits. In async mode the round after each such step blocks (LocalSGD)."""
+    unit, every = parse_interval(cfg.checkpoint_every)
+    return (every if unit == "steps" else 0, cfg.elastic_commit_every if cfg.elastic else 0)
 
 
 def checkpoint_state(model: keras.Model, state_sync) -> tf.train.Checkpoint:
