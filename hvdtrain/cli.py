@@ -28,8 +28,21 @@ tensorboard/, checkpoints/ and model.weights.h5. Only rank 0 writes them.
 BENCH_OPTIONS = ("dataset", "data_dir", "batch_size", "image_size", "synthetic_shape", "seed")
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """An argument parser whose errors take one line, like every other bad value's.
+
+    argparse prints the whole usage (dozens of lines for `train`) before a value of the
+    wrong type; the one line names the option and the value, and points to --help.
+    Subcommands' parsers are made of the same class, so they answer the same way.
+    """
+
+    def error(self, message: str):
+        self.exit(ConfigError.exit_code,
+                  f"hvdtrain: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="hvdtrain",
         description="Train Keras image classifiers across many workers with Horovod: "
                     "synchronous data parallelism or local SGD.")

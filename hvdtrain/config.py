@@ -142,6 +142,10 @@ class TrainConfig:
                "--min-np/--max-np --host-discovery-script); needs --out")
     elastic_commit_every: int = _opt(
         50, "elastic: steps between in-memory commits, the point a lost worker rolls back to")
+    log_every: float = _opt(
+        30.0, "seconds between progress lines within an epoch (step, epoch, loss, images/sec, "
+              "time left), printed by rank 0 when the output is not a terminal, beside Keras's "
+              "line per epoch; epochs shorter than this get none; 0 turns them off")
     step_timeout: float = _opt(
         600.0, "seconds without a finished step before a worker ends the job, naming the step "
                "(a dead or hung peer would otherwise stall it forever); 0 turns this off")
@@ -173,6 +177,7 @@ class TrainConfig:
         if self.elastic and not self.out:
             raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
         _non_negative_float(self, "step_timeout")
+        _non_negative_float(self, "log_every")
         parse_interval(self.checkpoint_every)
         if self.steps_per_epoch is not None:
             _positive_int(self, "steps_per_epoch")

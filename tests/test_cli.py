@@ -43,6 +43,22 @@ def test_bad_configuration_exits_non_zero_with_one_line(argv, message):
     assert result.stderr.strip().startswith(message)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--sync-seconds", "abc"], "argument --sync-seconds: invalid float value: 'abc' "
+                                         "(see hvdtrain train --help)"),
+    (["data", "bench", "--batches", "x"], "argument --batches: invalid int value: 'x' "
+                                          "(see hvdtrain data bench --help)"),
+    (["bench", "--workers"], "argument --workers: expected one argument "
+                             "(see hvdtrain bench --help)"),
+])
+def test_a_value_argparse_rejects_is_one_line_pointing_to_help_not_the_usage(argv, message,
+                                                                             capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"hvdtrain: error: {message}\n"
+
+
 def test_unknown_model_is_one_line_before_tensorflow_is_imported():
     code = ("import sys\n"
             "from hvdtrain.cli import main\n"

@@ -55,6 +55,7 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"checkpoint_every": "soon"}, "--checkpoint-every must be a positive number of steps"),
     ({"keep_checkpoints": 0}, "--keep-checkpoints must be a positive integer, got 0"),
     ({"step_timeout": -1.0}, "--step-timeout must be zero or positive, got -1.0"),
+    ({"log_every": -5.0}, "--log-every must be zero or positive, got -5.0"),
     ({"elastic": True}, "--elastic needs --out"),
     ({"model": "nosuch"}, "--model must be one of alexnet, alexnet-lrn, alexnet-2col, lenet, "
                           "resnet50, resnet20, resnet32, resnet56, got 'nosuch'"),

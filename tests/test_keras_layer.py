@@ -26,10 +26,15 @@ def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(readme_example() + (
         "np.savez(f'final-rank{hk.rank()}.npz', weights=np.concatenate(\n"
-        "    [w.numpy().ravel() for w in model.weights]), rounds=callbacks[0].rounds)\n"))
+        "    [w.numpy().ravel() for w in model.weights]), rounds=callbacks[0].rounds,\n"
+        "    dropout_seeds=[v.numpy() for v in model.non_trainable_variables\n"
+        "                   if v.path.endswith('seed_generator_state')])\n"))
     result = horovodrun(str(script), cwd=str(tmp_path))
     ranks = load_rank_files(str(tmp_path), "final")
     np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
+    # hk.reseed_dropout gave each worker its own dropout stream; the rounds left it alone.
+    assert ranks[0]["dropout_seeds"].size > 0
+    assert not np.array_equal(ranks[0]["dropout_seeds"], ranks[1]["dropout_seeds"])
     # 60 steps: the warm start ends at 5 (blocking), overlapped rounds start at 15, 25, ...,
     # 55, and a blocking one at each epoch end.
     assert int(ranks[0]["rounds"]) == int(ranks[1]["rounds"]) == 1 + 5 + 2

@@ -294,6 +294,16 @@ def test_split_model_computes_what_the_one_device_model_computes(placement):
     np.testing.assert_allclose(placement["out_moved"], split, rtol=0, atol=1e-5)
 
 
+def test_a_whole_split_model_saved_as_keras_loads_again_and_predicts_the_same(placement):
+    # Loaded in this process, which imported the module but never built the saved model.
+    loaded = keras.models.load_model(str(placement["saved"]))
+    assert type(loaded).__name__ == "ColocatedGradientsModel"
+    assert {layer.placement for layer in loaded.layers if hasattr(layer, "placement")} == {None}
+    np.testing.assert_allclose(loaded.predict(placement["saved_input"], verbose=0),
+                               placement["saved_output"], rtol=0, atol=1e-5)
+    assert loaded.optimizer.iterations.numpy() == 2  # the optimizer's state came too
+
+
 def test_each_column_keeps_its_variables_and_optimizer_slots_on_its_device(placement):
     for key in ("variables", "optimizer_variables"):
         assert not _misplaced(placement[key]), key

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from hvdtrain.files import append_jsonl, atomic_write, write_json
-from hvdtrain.training.run_folder import existing_run_problem
+from hvdtrain.training.run_folder import STEPS, existing_run_problem, truncate_logs
 
 
 def test_a_crash_while_writing_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -34,6 +34,25 @@ def test_metrics_lines_append(tmp_path):
     append_jsonl(path, {"epoch": 1})
     append_jsonl(path, {"epoch": 2})
     assert [json.loads(line)["epoch"] for line in open(path)] == [1, 2]
+
+
+def test_resume_cuts_per_worker_step_lines_at_the_checkpoints_examples_not_its_step(tmp_path):
+    # A timed run of 2 workers, batch 16: rank 0 took 4 steps and rank 1 two by the round
+    # that ended the epoch (96 examples: job step 3), where the checkpoint was written;
+    # then each went on before the crash. Each line counts its own worker's steps.
+    def line(rank, step, examples):
+        return {"rank": rank, "step": step, "examples": examples, "loss": 1.0}
+
+    before = [line(0, 1, 16), line(1, 1, 16), line(0, 2, 32), line(0, 3, 48),
+              line(0, 4, 96), line(1, 2, 96)]
+    after = [line(0, 5, 112), line(1, 3, 112), line(0, 6, 128)]
+    path = str(tmp_path / STEPS)
+    for record in before + after:
+        append_jsonl(path, record)
+    with open(path, "a") as fh:
+        fh.write('{"rank": 1, "step": 4, "exa')  # cut short by the crash
+    truncate_logs(str(tmp_path), examples=96)
+    assert [json.loads(text) for text in open(path)] == before
 
 
 def test_existing_run_is_refused(tmp_path):

@@ -93,6 +93,15 @@ def test_what_timed_rounds_cannot_do_is_refused_in_one_line(overrides, message):
         load_config(None, dict(dict(sync_seconds=5.0), **overrides))
 
 
+def test_a_timed_runs_summary_records_its_period_in_seconds_and_no_step_period():
+    from hvdtrain.training.summary import round_schedule
+
+    assert round_schedule(load_config(None, dict(mode="async", sync_seconds=5.0))) == \
+        {"sync_seconds": 5.0}
+    assert round_schedule(load_config(None, dict(mode="local", n_sync=7))) == {"n_sync": 7}
+    assert round_schedule(load_config(None, dict(mode="sync"))) == {"n_sync": 1}
+
+
 def test_local_sgd_with_timed_rounds_needs_the_batch_size_and_the_epoch_length():
     from hvdtrain.keras.local_sgd import LocalSGD
 
@@ -174,6 +183,7 @@ def test_every_epoch_ends_in_consensus_on_the_jobs_examples_and_schedule_step(re
         assert record["step"] == iterations == record["examples"] // (2 * BATCH)
         assert len(record["steps_per_worker"]) == 2
     summary = json.loads(str(ranks[0]["summary"]))
+    assert summary["sync_seconds"] == 0.4 and "n_sync" not in summary
     assert summary["examples_trained"] == epochs[-1]["examples"]
     assert summary["examples_trained"] == BATCH * sum(summary["steps_per_worker"])
 

@@ -6,6 +6,9 @@ Callback order matters; use this one:
   2. `MetricAverage`;
   3. on rank 0 only: loggers, TensorBoard, checkpoints (they read averaged metrics
      and the consensus weights).
+
+Workers that built the model from one seed draw the same dropout masks; call
+`reseed_dropout(model, seed + rank())` before `fit` to give each its own.
 """
 
 from hvdtrain.comm import init, rank, size
@@ -13,8 +16,9 @@ from hvdtrain.keras.callbacks import AverageModelStatistics, BroadcastInitialSta
 from hvdtrain.keras.gradient_averaging import with_gradient_averaging
 from hvdtrain.keras.local_sgd import LocalSGD
 from hvdtrain.keras.schedule import WarmupDecaySchedule
+from hvdtrain.keras.state import reseed_dropout
 
 __all__ = [
     "init", "rank", "size", "AverageModelStatistics", "BroadcastInitialState", "MetricAverage",
-    "with_gradient_averaging", "LocalSGD", "WarmupDecaySchedule",
+    "with_gradient_averaging", "LocalSGD", "WarmupDecaySchedule", "reseed_dropout",
 ]

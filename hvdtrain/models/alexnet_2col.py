@@ -35,8 +35,8 @@ layers = keras.layers
 COLUMNS = 2
 CONV_FILTERS = {"conv1": 48, "conv2": 128, "conv3": 192, "conv4": 192, "conv5": 128}
 FC_UNITS = 2048
-
-_PLACED_CLASSES: dict[type, type] = {}
+# Where Keras's registry finds this module's classes when a saved `.keras` model is loaded.
+SAVED_PACKAGE = "hvdtrain.alexnet_2col"
 
 
 def _device_scope(placement: str | None):
@@ -72,14 +72,29 @@ class _Placed:
         return config
 
 
+def _placed_class(layer_class: type) -> type:
+    """`layer_class` with `_Placed` mixed in, registered so that a saved model loads again.
+
+    The base class's name keeps op names and saved configs those of the plain layer. They
+    are all made and registered when this module is imported, so that `keras.models.
+    load_model` finds them in a process that has built no model; a loaded layer has no
+    placement (it is not in the config) and runs wherever TensorFlow puts it.
+    """
+    placed = type(layer_class.__name__, (_Placed, layer_class), {"__module__": __name__})
+    return keras.saving.register_keras_serializable(package=SAVED_PACKAGE)(placed)
+
+
+_PLACED_CLASSES = {layer_class: _placed_class(layer_class) for layer_class in (
+    layers.ZeroPadding2D, layers.Conv2D, layers.MaxPooling2D, LocalResponseNormalization,
+    layers.Concatenate, layers.Flatten, layers.Dense, layers.Dropout)}
+
+
 def _on(device: str | None, layer_class: type, *args, **kwargs) -> layers.Layer:
     """A `layer_class` layer placed on `device` (None: wherever TensorFlow puts it)."""
-    if layer_class not in _PLACED_CLASSES:
-        # The base class's name keeps op names and saved configs those of the plain layer.
-        _PLACED_CLASSES[layer_class] = type(layer_class.__name__, (_Placed, layer_class), {})
     return _PLACED_CLASSES[layer_class](*args, placement=device, **kwargs)
 
 
+@keras.saving.register_keras_serializable(package=SAVED_PACKAGE)
 class ColocatedGradientsModel(keras.Model):
     """A Functional model whose training step keeps each gradient on its forward op's device.
 

@@ -6,8 +6,8 @@ Order, for every `fit` of the run:
      `AverageModelStatistics`, so later ones see the consensus model;
   3. throughput, then `MetricAverage` (which averages what came before it), the
      finite-loss guard and the step log, then the user's extra callbacks;
-  4. rank 0 only: the metrics log, TensorBoard and checkpoints, which read averaged
-     metrics and the consensus weights;
+  4. rank 0 only: progress lines within an epoch, the metrics log, TensorBoard and
+     checkpoints, which read averaged metrics and the consensus weights;
   5. the elastic commit, which may end the `fit` and so comes after the epoch's logs;
   6. the step watchdog, last, so a checkpoint save counts as progress.
 Rank 0 can change in an elastic job, so the list is drawn up again for every `fit`.
@@ -28,6 +28,7 @@ from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, CountProgress, ElasticCommit,
                                          FiniteLossGuard, MetricsLog, StepLog, ThroughputMeter)
 from hvdtrain.training.checkpoints import CheckpointStore
+from hvdtrain.training.progress_log import ProgressLog
 from hvdtrain.training.watchdog import StepWatchdog
 
 
@@ -62,7 +63,9 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
     every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, throughput,
                   MetricAverage(), FiniteLossGuard(progress, checkpointer.store), step_log,
                   *extra]
+    progress_log = [ProgressLog(progress, cfg.epochs, cfg.log_every)] if cfg.log_every else []
     chief_only = [
+        *progress_log,
         MetricsLog(os.path.join(run_dir, run_folder.METRICS), start_time, progress),
         keras.callbacks.TensorBoard(os.path.join(run_dir, run_folder.TENSORBOARD),
                                     write_graph=False, profile_batch=0),

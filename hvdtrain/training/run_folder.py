@@ -25,19 +25,39 @@ def default_run_dir(model: str, mode: str, root: str = "runs") -> str:
     return os.path.join(root, f"{time.strftime('%Y%m%d-%H%M%S')}-{model}-{mode}")
 
 
-def truncate_metrics(path: str, last_step: int) -> None:
-    """Drop records (epochs or steps) past `last_step`: a resumed run writes them again."""
+def records_up_to(lines: list[str], examples: int) -> list[str]:
+    """The JSON lines whose job-wide `examples` count is at most `examples`.
+
+    The examples, not the step, place a record against a checkpoint: with rounds every
+    T seconds a step-log line counts its own worker's steps, which run ahead of the
+    job's step on a fast worker and behind it on a slow one. A worker's count of the
+    job's examples never exceeds the true count, and after the checkpoint it exceeds
+    the checkpoint's, so the cut keeps exactly what was written before it. A line cut
+    short by a crash is dropped; one without a count (older logs) is kept.
+    """
+    keep = []
+    for line in lines:
+        try:
+            if json.loads(line).get("examples", 0) <= examples:
+                keep.append(line)
+        except ValueError:
+            pass
+    return keep
+
+
+def truncate_logs(run_dir: str, examples: int) -> None:
+    """Drop the epoch and step records written after a checkpoint at `examples` of the
+    job: the resumed run writes them again."""
+    for log in (METRICS, STEPS):
+        _truncate(os.path.join(run_dir, log), examples)
+
+
+def _truncate(path: str, examples: int) -> None:
     if not os.path.exists(path):
         return
     with open(path, encoding="utf-8") as fh:
         lines = [line for line in fh if line.strip()]
-    keep = []
-    for line in lines:
-        try:
-            if json.loads(line).get("step", 0) <= last_step:
-                keep.append(line)
-        except ValueError:
-            pass  # a line cut short by a crash
+    keep = records_up_to(lines, examples)
     if len(keep) != len(lines):
         def write(tmp):
             with open(tmp, "w", encoding="utf-8") as fh:

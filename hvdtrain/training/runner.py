@@ -138,8 +138,7 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, star
     if comm.is_chief():
         os.makedirs(cfg.out, exist_ok=True)
         files.atomic_write(os.path.join(cfg.out, run_folder.CONFIG), cfg.save_yaml)
-        for log in (run_folder.METRICS, run_folder.STEPS):
-            run_folder.truncate_metrics(os.path.join(cfg.out, log), progress.steps)
+        run_folder.truncate_logs(cfg.out, progress.examples)
     return run
 
 

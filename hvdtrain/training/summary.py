@@ -14,6 +14,17 @@ from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
 
 
+def round_schedule(cfg: TrainConfig) -> dict[str, float]:
+    """When the workers' state was averaged: every `n_sync` steps (1 in sync mode, whose
+    gradients are averaged every step) or every `sync_seconds` of wall time. A timed run
+    has no step period, so it records no `n_sync`."""
+    if cfg.mode not in LOCAL_MODES:
+        return {"n_sync": 1}
+    if cfg.sync_seconds is not None:
+        return {"sync_seconds": cfg.sync_seconds}
+    return {"n_sync": cfg.n_sync}
+
+
 def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: TrainingProgress,
                 images_per_sec: float, history: dict[str, list[float]], resumed_from_step: int,
                 train_seconds: float, test_loss: float, test_accuracy: float) -> dict[str, Any]:
@@ -43,7 +54,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "peak_lr": world.schedule.peak_lr,
         "parameters": int(model.count_params()),
         "model_parallel": cfg.model_parallel,
-        "n_sync": cfg.n_sync if cfg.mode in LOCAL_MODES else 1,
+        **round_schedule(cfg),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
         "gradient_steps_averaged": gradient_steps,

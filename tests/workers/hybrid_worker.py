@@ -93,6 +93,8 @@ def placement(out_dir):
 
     compile_sgd(split)
     split.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)  # builds the optimizer's slots
+    saved = os.path.join(out_dir, "split.keras")  # the whole model, loaded by the test
+    split.save(saved)
     np.savez(os.path.join(out_dir, "placement.npz"),
              devices=np.array(devices), devices_again=np.array(devices_again),
              logical_cpus=np.array([d.name for d in tf.config.list_logical_devices("CPU")]),
@@ -100,7 +102,8 @@ def placement(out_dir):
              ran_on=np.array(ran_on),
              variables=variable_devices(split.weights),
              optimizer_variables=variable_devices(split.optimizer.variables),
-             step_ops=training_step_devices(split, x, y))
+             step_ops=training_step_devices(split, x, y),
+             saved=saved, saved_input=x, saved_output=split.predict(x, verbose=0))
 
 
 def train(out_dir):
