@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.errors import ConfigError
 
 MODES = ("sync", "local", "async")
@@ -30,9 +31,9 @@ DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic",
             "synthetic-device")
 MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet20", "resnet32",
           "resnet56")
-# Like PyTorch DDP's default bucket: large enough to amortise a round trip, small enough
-# that the last layers' gradients go out while the first layers are still computing.
-DEFAULT_BUCKET_MB = 25.0
+# Gradient groups sized to the model (hvdtrain.buckets): a fixed 25 MB left a small
+# model's gradients in one group that could leave only after back-propagation.
+DEFAULT_BUCKET_MB = "auto"
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
@@ -123,9 +124,11 @@ class TrainConfig:
                "TF_XLA_FLAGS=--tf_xla_cpu_global_jit)")
     fp16_allreduce: bool = _opt(
         False, "send gradients and weights through allreduce as float16 (half the bytes)")
-    bucket_mb: float = _opt(
-        DEFAULT_BUCKET_MB, "sync mode: average gradients in groups of about this many MB, last layers "
-              "first, so early groups travel while back-propagation goes on (0: one group)")
+    bucket_mb: str = _opt(
+        DEFAULT_BUCKET_MB, "sync mode: average gradients in groups, last layers first, so early "
+                           "groups travel while back-propagation goes on: auto (the model's "
+                           "gradients in about 8 groups), auto:K (K groups), or a size in MB "
+                           "(25; 0: one group)")
 
     # Output and fault tolerance.
     out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)")
@@ -188,7 +191,7 @@ class TrainConfig:
         _positive_float(self, "base_lr")
         _non_negative_float(self, "warmup_epochs")
         _non_negative_float(self, "weight_decay")
-        _non_negative_float(self, "bucket_mb")
+        _bucket_spec(self)
         _fraction(self, "momentum")
         _fraction(self, "outer_momentum")
         _positive_float(self, "outer_lr")
@@ -334,12 +337,21 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(f"{_flag(name)} must be true or false, got {value!r}")
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if isinstance(default, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:g}"  # a number in YAML for a field that also takes words (bucket_mb)
     if isinstance(default, float) and isinstance(value, str):
         try:
             return float(value)
         except ValueError:
             raise ConfigError(f"{_flag(name)} must be a number, got {value!r}") from None
     return value
+
+
+def _bucket_spec(cfg: TrainConfig) -> None:
+    try:
+        parse_bucket_spec(cfg.bucket_mb)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _positive_int(cfg: TrainConfig, name: str) -> None:

@@ -11,15 +11,15 @@ import time
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job
 from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
-from hvdtrain.config import (LOCAL_MODES, load_config, parse_choice_list, parse_int_list,
+from hvdtrain.buckets import parse_bucket_spec
+from hvdtrain.config import (DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_choice_list, parse_int_list,
                              parse_seconds_list, parse_shape)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
 MODES = ("sync", *LOCAL_MODES, "independent", "horovod")
 
-CONFIG_OPTIONS = ("model", "batch_size", "seed", "xla", "mixed_precision", "fp16_allreduce",
-                  "bucket_mb")
+CONFIG_OPTIONS = ("model", "batch_size", "seed", "xla", "mixed_precision", "fp16_allreduce")
 DEFAULT_SHAPES = {"lenet": "28x28x1", "resnet20": "32x32x3", "resnet32": "32x32x3",
                   "resnet56": "32x32x3"}
 
@@ -67,6 +67,11 @@ def add_parser(commands) -> None:
     parser.add_argument("--n-sync", default="10,100",
                         help="local mode: steps between averagings, comma-separated; one setup "
                              "each (default: 10,100)")
+    parser.add_argument("--bucket-mb", default=DEFAULT_BUCKET_MB, metavar="SPEC[,SPEC...]",
+                        help="sync mode: how gradients are grouped for allreduce, one setup per "
+                             "value: auto (about 8 groups of the model's gradients), auto:K (K "
+                             "groups), or a size in MB (25; 0: one group) (default: "
+                             f"{DEFAULT_BUCKET_MB})")
     parser.add_argument("--sync-seconds", default=None, metavar="T[,T...]",
                         help="local and async modes: also one setup per value with rounds every "
                              "T seconds of each worker's wall time instead of every --n-sync "
@@ -114,6 +119,17 @@ def add_parser(commands) -> None:
     parser.set_defaults(handler=run)
 
 
+def parse_bucket_list(text: str) -> list[str]:
+    """'25,auto' -> ['25', 'auto'], each a valid --bucket-mb spec (hvdtrain.buckets)."""
+    specs = [part.strip() for part in str(text).split(",")]
+    for spec in specs:
+        try:
+            parse_bucket_spec(spec)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return specs
+
+
 def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
     """'1:2' -> (1, 2.0): rank 1's steps twice as slow."""
     if not text:
@@ -139,13 +155,15 @@ def _setups(args, cfg) -> list[dict]:
     common = dict(model=cfg.model, batch_size=cfg.batch_size, shape=shape, steps=args.steps,
                   warmup_steps=args.warmup_steps, window=args.window, seed=cfg.seed, xla=cfg.xla,
                   mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce,
-                  bucket_mb=cfg.bucket_mb, data="host" if args.host_data else "device",
+                  data="host" if args.host_data else "device",
                   slow_rank=slow[0] if slow else None, slow_factor=slow[1] if slow else 1.0)
     periods = parse_seconds_list(args.sync_seconds, "--sync-seconds") if args.sync_seconds else []
+    bucket_specs = parse_bucket_list(args.bucket_mb)
     setups = []
     for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode in LOCAL_MODES else [None]
-        setups += [dict(common, mode=mode, n_sync=n) for n in n_syncs]
+        buckets = bucket_specs if mode == "sync" else [bucket_specs[0]]
+        setups += [dict(common, mode=mode, n_sync=n, bucket_mb=b) for n in n_syncs for b in buckets]
         if mode in LOCAL_MODES:
             setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t) for t in periods]
     return setups

@@ -49,7 +49,7 @@ class Setup:
     xla: bool = False
     mixed_precision: bool = False
     fp16_allreduce: bool = False
-    bucket_mb: float = DEFAULT_BUCKET_MB
+    bucket_mb: str = DEFAULT_BUCKET_MB  # sync mode's gradient groups (hvdtrain.buckets)
     data: str = "device"   # one batch kept on the worker's device, or "host": a tf.data pipeline
     slow_rank: int | None = None  # this worker's steps run slow_factor times slower
     slow_factor: float = 1.0
@@ -59,6 +59,8 @@ class Setup:
     def label(self) -> str:
         if self.sync_seconds is not None:
             return f"{self.mode}, every {self.sync_seconds:g} s"
+        if self.mode == "sync" and self.bucket_mb != DEFAULT_BUCKET_MB:
+            return f"sync, buckets {self.bucket_mb}"
         return f"{self.mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else self.mode
 
 

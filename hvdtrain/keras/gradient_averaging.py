@@ -3,7 +3,8 @@
 Keras 3 optimizers have one narrow, public entry point for an update:
 `apply(grads, trainable_variables)` (`apply_gradients` and every backend's train
 step go through it). We override it to average the gradients first, in grouped
-Horovod allreduces of up to `bucket_mb`, then let the optimizer update as usual.
+Horovod allreduces (`bucket_mb`: "auto", "auto:K" or MB; `hvdtrain.buckets`), then let
+the optimizer update as usual.
 That keeps the model's own `train_step` untouched, so it works for any model,
 including ones with their own step (the two-column AlexNet). Wrapping the
 outermost optimizer matters with mixed precision: a `LossScaleOptimizer` checks the
@@ -22,7 +23,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.averaging import gradient_buckets
+from hvdtrain.buckets import gradient_buckets, parse_bucket_spec
 from hvdtrain.config import DEFAULT_BUCKET_MB
 
 _CLASS_CACHE: dict[type, type] = {}
@@ -32,10 +33,11 @@ class GradientAveragingMixin:
     """Put before a Keras optimizer class; adds `averaging_enabled` and `averaged_steps`."""
 
     def __init__(self, *args, averaging: bool = True, fp16_allreduce: bool = False,
-                 bucket_mb: float = DEFAULT_BUCKET_MB, **kwargs):
+                 bucket_mb: float | str = DEFAULT_BUCKET_MB, **kwargs):
         super().__init__(*args, **kwargs)
         self.fp16_allreduce = fp16_allreduce
         self.bucket_mb = bucket_mb
+        self.buckets = parse_bucket_spec(bucket_mb)  # raises on a bad spec, before training
         # Plain tf.Variables, not Keras optimizer variables: they are not in
         # `optimizer.variables`, so broadcasting or averaging the optimizer state leaves
         # them alone, but tf.train.Checkpoint still saves them with the optimizer.
@@ -55,7 +57,7 @@ class GradientAveragingMixin:
         present = [i for i, g in enumerate(grads) if g is not None]
         tensors = [tf.convert_to_tensor(grads[i]) for i in present]
         sizes = [t.shape.num_elements() * t.dtype.size for t in tensors]
-        buckets = gradient_buckets(sizes, self.bucket_mb * 1e6)
+        buckets = gradient_buckets(sizes, self.buckets.cap_bytes(sizes))
 
         def averaged():
             self.averaged_steps.assign_add(1)
@@ -86,7 +88,7 @@ def gradient_averaging_class(optimizer_class: type) -> type:
 
 
 def with_gradient_averaging(optimizer, averaging: bool = True, fp16_allreduce: bool = False,
-                            bucket_mb: float = DEFAULT_BUCKET_MB):
+                            bucket_mb: float | str = DEFAULT_BUCKET_MB):
     """A new optimizer like `optimizer` (same class and config) that averages gradients.
 
     Works for any Keras 3 optimizer, and for a `keras.optimizers.LossScaleOptimizer`
