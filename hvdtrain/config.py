@@ -110,6 +110,10 @@ class TrainConfig:
     outer_lr: float = _opt(1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging")
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)")
 
+    pin_cores: bool = _opt(
+        False, "give each worker on a machine its own equal share of the CPU cores (all its "
+               "threads, Horovod's too), as MPI's --bind-to core does: workers that share "
+               "cores slow each other down")
     model_parallel: int = _opt(
         1, "devices each worker splits its model over: 2 puts the columns of alexnet-2col on "
            "GPUs 2*local_rank and 2*local_rank+1 (or two logical CPUs); workers stay "

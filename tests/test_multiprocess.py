@@ -308,10 +308,12 @@ def test_cli_two_workers_learn_fashion_mnist_subset(tmp_path):
         data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=8000, test=1000)
     out = tmp_path / "run"
     horovodrun("hvdtrain", "train", "--data-dir", data_dir, "--train-examples", "8000",
-               "--epochs", "1", "--out", str(out), timeout=300)
+               "--epochs", "1", "--out", str(out), "--pin-cores", timeout=300)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workers"] == 2
     assert summary["test_accuracy"] > 0.6  # chance is 0.1
+    # Each of the two workers on this machine kept to its own half of the cores.
+    assert summary["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
 
 
 # --- ImageNet-scale models on ImageNet-format data (small images) ---

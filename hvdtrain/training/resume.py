@@ -17,8 +17,9 @@ from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restor
 
 # Options that may differ between a run and its resumption (the number of workers is not
 # an option: progress is kept in examples, so any -np can continue a run).
+# How workers sit on cores and how gradients are grouped change speed, not what is learned.
 RESUMABLE_CHANGES = {"out", "resume", "step_timeout", "log_every", "validate", "keep_checkpoints",
-                     "data_dir", "checkpoint_every", "init_weights"}
+                     "data_dir", "checkpoint_every", "init_weights", "pin_cores", "bucket_mb"}
 
 
 @dataclass

@@ -19,6 +19,7 @@ import numpy as np
 
 from hvdtrain import comm, files
 from hvdtrain.config import TrainConfig, parse_shape
+from hvdtrain.cpu_cores import pin_worker
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError
@@ -64,6 +65,8 @@ def train(cfg: TrainConfig, verbose: int | None = None,
           extra_callbacks: tuple[keras.callbacks.Callback, ...] = ()) -> RunResult:
     """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
     comm.init()
+    if cfg.pin_cores:  # before TensorFlow sizes its thread pools from the cores it may use
+        pin_worker(comm.local_rank(), comm.local_size())
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
     devices = configure_devices(cfg.model_parallel, comm.local_rank())
     start = time.time()

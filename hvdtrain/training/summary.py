@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import keras
@@ -54,6 +55,8 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "peak_lr": world.schedule.peak_lr,
         "parameters": int(model.count_params()),
         "model_parallel": cfg.model_parallel,
+        # Rank 0's cores: all the machine lends it, or its share with --pin-cores.
+        "cores_per_worker": len(os.sched_getaffinity(0)),
         **round_schedule(cfg),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
