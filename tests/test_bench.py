@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -122,20 +123,28 @@ def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tm
     assert not os.path.exists(tmp_path / "bench.json")
 
 
-class _FakeModel:
-    def __init__(self, clock):
-        self.clock = clock
-
-    def train_function(self, iterator):
-        self.clock.now += 0.25  # the step's compiled function takes 0.25 s
-        return {"loss": 1.0}
-
-
 class _Clock:
     now = 0.0
 
     def __call__(self):
         return self.now
+
+
+class _FakeModel:
+    """A compiled step that computes for 0.25 s, then waits `exchange` s for its gradients'
+    averages; its exchange clock (as `hvdtrain.keras.exchange_clock`'s) counts the wait."""
+
+    def __init__(self, clock, exchange=0.0):
+        self.clock, self.exchange = clock, exchange
+        self.exchange_clock = _Clock() if exchange else None
+        if self.exchange_clock:
+            self.exchange_clock.read = self.exchange_clock
+
+    def train_function(self, iterator):
+        self.clock.now += 0.25 + self.exchange
+        if self.exchange_clock:
+            self.exchange_clock.now += self.exchange
+        return {"loss": 1.0}
 
 
 @pytest.mark.parametrize("rank, slept", [(0, [0.5, 0.5]), (1, [])])
@@ -157,6 +166,43 @@ def test_a_slow_rank_sleeps_factor_minus_one_times_each_step_and_only_that_rank(
     for _ in range(2):
         slower.model.train_function(None)
     assert sleeps == pytest.approx(slept + slept[:1])
+
+
+def test_a_slow_rank_slows_its_compute_and_not_the_gradient_exchange_in_its_step():
+    # A sync step: 0.25 s of compute, then 0.6 s waiting for the averages. A GPU 3x
+    # slower computes for 0.75 s: 0.5 s more, whatever the network did.
+    from hvdtrain import comm
+    from hvdtrain.benchmarks.timing import SlowerSteps
+
+    comm.init()
+    clock, sleeps = _Clock(), []
+    slower = SlowerSteps(0, 3.0, clock=clock, sleep=sleeps.append)
+    slower.set_model(_FakeModel(clock, exchange=0.6))
+    slower.on_train_begin()
+    for _ in range(3):
+        slower.model.train_function(None)
+    assert sleeps == pytest.approx([0.5, 0.5])
+
+
+def test_the_exchange_clock_counts_the_wait_from_the_inputs_to_the_outputs():
+    import tensorflow as tf
+
+    from hvdtrain.keras.exchange_clock import ExchangeClock, exchange_clock
+
+    clock = ExchangeClock()
+
+    def slow_identity(x):  # an exchange that takes at least 50 ms
+        return tf.py_function(lambda v: (time.sleep(0.05), v)[1], [x], tf.float32)
+
+    @tf.function
+    def step(x):
+        return clock.timed([x * 2.0], lambda: [slow_identity(x * 2.0)])
+
+    assert step(tf.constant(1.0))[0].numpy() == 2.0
+    assert step(tf.constant(1.0))[0].numpy() == 2.0
+    assert clock.read() >= 0.1
+    model = type("M", (), {"optimizer": type("O", (), {"exchange_clock": clock})()})()
+    assert exchange_clock(model) is clock and exchange_clock(object()) is None
 
 
 @pytest.mark.multiprocess
