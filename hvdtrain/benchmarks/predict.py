@@ -46,8 +46,9 @@ def add_parser(commands) -> None:
                         help="workers whose traffic shares one link (default: 1, a NIC each)")
     parser.add_argument("--overlap", type=float, default=0.0,
                         help="share of a sync step that can hide gradient communication behind "
-                             "back-propagation (default: 0, none: on a 2-core CPU compute and "
-                             "allreduce compete for the cores; see BENCHMARKS.md)")
+                             "back-propagation, a fitted parameter: no bench measures it "
+                             "(default: 0, none: on a 2-core CPU compute and allreduce compete "
+                             "for the cores; BENCHMARKS.md fits 0.503 to a published GPU case)")
     parser.add_argument("--no-floor", action="store_true",
                         help="leave out the hosts' floor measured by an unshaped BENCH_JSON "
                              "(exchange seconds, sync mode's extra compute): the bare "
