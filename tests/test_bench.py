@@ -287,3 +287,15 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
                        check=False)
     assert wrong.returncode != 0
     assert "--workers 4 under horovodrun, which started 2" in wrong.stderr + wrong.stdout
+
+
+@pytest.mark.multiprocess
+def test_gradient_averaging_times_its_exchange_inside_the_step_and_only_while_it_averages(
+        tmp_path):
+    from conftest import horovodrun, load_rank_files
+
+    horovodrun("exchange_clock_worker.py", str(tmp_path))
+    for rank in load_rank_files(str(tmp_path), "clock"):
+        assert float(rank["averaging"]) > 0.0  # four allreduces of real gradients
+        # Local steps (averaging off) take the cond's other branch: no time is added.
+        assert float(rank["after_local"]) == float(rank["averaging"])
