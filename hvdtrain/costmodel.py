@@ -96,7 +96,7 @@ def exchange_seconds(payload_bytes: float, floor: float, workers: int, link: Lin
                floor * (workers - 1) / workers)
 
 
-def last_group_bytes(work: Workload) -> float:
+def last_bucket(work: Workload) -> float:
     """The gradients that leave when back-propagation ends (see the module doc)."""
     if work.last_bucket_bytes is not None:
         return min(work.last_bucket_bytes, work.gradient_bytes)
@@ -114,7 +114,7 @@ def step_parts(work: Workload, mode: str, workers: int, link: Link,
     if mode == "sync":
         grads = work.gradient_bytes
         exchange = exchange_seconds(grads, work.gradient_floor, workers, link)
-        last = last_group_bytes(work)
+        last = last_bucket(work)
         last_exchange = exchange_seconds(last, work.gradient_floor * last / grads, workers, link)
         return (compute + work.sync_extra,
                 max(exchange - work.overlap * compute, last_exchange))
