@@ -15,22 +15,27 @@ which carries both workers' traffic).
 
 No link makes an exchange faster than the hosts can take part in it: copying into
 the fusion buffer, reducing, Horovod's negotiation and Gloo's per-operation cost. A
-bench over an unshaped link measures that floor F (`seconds_per_exchange`); it grows
-with the share (N − 1)/N of the payload each worker handles. So an exchange takes
+bench over an unshaped link measures that floor (`seconds_per_exchange`); it grows
+with the share (N − 1)/N of the payload each worker handles, so a floor measured on
+M workers is kept as F = measured / [(M − 1)/M], the floor of a worker's whole payload
+(benches of different worker counts then average like with like). An exchange takes
 
-    E(B, N) = max(T(B, N), F × [(N − 1)/N] / [(M − 1)/M])
+    E(B, N) = max(T(B, N), F × (N − 1)/N)
 
-for a floor measured on M workers. Taking the larger, not the sum, is the ring's own
-pipelining: a worker reduces one chunk while the next is on the wire.
+Taking the larger, not the sum, is the ring's own pipelining: a worker reduces one
+chunk while the next is on the wire.
 
 A step of each mode, with t the compute time of one step (independent workers):
 - independent: t;
 - sync: t + x, with x what a sync step computes beyond an independent one (the
   gradient path, measured too), plus the gradient exchange. Gradients travel in
   buckets while back-propagation goes on: a share `overlap` of the step can hide
-  communication, but the last bucket (the first layers' gradients) only leaves when
-  back-propagation ends:
-      t + x + max(E(grads) − overlap × t, E(last bucket));
+  communication, but the last bucket only leaves when back-propagation ends:
+      t + x + max(E(grads) − overlap × t, E(last bucket)).
+  The last bucket is the one `hvdtrain.averaging.gradient_buckets` makes last: the
+  first layers' gradients, what is left once the later layers filled whole buckets
+  (the bench records it); without it, at most min(bucket cap, gradients).
+  x is computed, not waited for: it is no part of the communication share;
 - local SGD: one exchange of the model state every n_sync steps: t + E(state) / n_sync;
 - async (overlapped local SGD): the exchange runs behind the next n_sync steps, and a
   worker waits only for what they do not cover: t + max(0, E(state) − n_sync × t) / n_sync.
@@ -40,7 +45,8 @@ A step of each mode, with t the compute time of one step (independent workers):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from hvdtrain.config import LOCAL_MODES
 
@@ -62,11 +68,11 @@ class Workload:
     batch_per_worker: int
     bucket_bytes: float = 25e6  # sync mode's gradient groups
     overlap: float = 0.0        # share of a step that can hide sync mode's communication
-    # Measured over a fast link on `floor_workers` workers (see the module doc); 0: none.
+    last_bucket_bytes: float | None = None  # the group sent last; None: not known
+    # Measured over a fast link, as a worker's whole payload (see the module doc); 0: none.
     gradient_floor: float = 0.0  # seconds of one gradient exchange
     state_floor: float = 0.0     # seconds of one state exchange (a local-SGD round)
     sync_extra: float = 0.0      # seconds a sync step computes beyond an independent one
-    floor_workers: int = 2
 
 
 def ring_allreduce_seconds(payload_bytes: float, workers: int, link: Link) -> float:
@@ -77,37 +83,60 @@ def ring_allreduce_seconds(payload_bytes: float, workers: int, link: Link) -> fl
     return messages * link.latency + wire_bytes * 8 / link.rate_bits
 
 
-def exchange_seconds(payload_bytes: float, floor: float, workers: int, link: Link,
-                     floor_workers: int = 2) -> float:
-    """E(B, N): the ring over `link`, but never faster than the hosts' measured floor."""
+def floor_of_whole_payload(measured_seconds: float, workers: int) -> float:
+    """F: a floor measured on `workers` workers, scaled to a worker's whole payload."""
+    return measured_seconds * workers / (workers - 1)
+
+
+def exchange_seconds(payload_bytes: float, floor: float, workers: int, link: Link) -> float:
+    """E(B, N): the ring over `link`, but never faster than the hosts' floor F."""
     if workers <= 1 or payload_bytes <= 0:
         return 0.0
-    share = (workers - 1) / workers
-    measured_share = (floor_workers - 1) / floor_workers if floor_workers > 1 else share
     return max(ring_allreduce_seconds(payload_bytes, workers, link),
-               floor * share / measured_share)
+               floor * (workers - 1) / workers)
+
+
+def last_bucket(work: Workload) -> float:
+    """The gradients that leave when back-propagation ends (see the module doc)."""
+    if work.last_bucket_bytes is not None:
+        return min(work.last_bucket_bytes, work.gradient_bytes)
+    if work.bucket_bytes <= 0:
+        return work.gradient_bytes
+    return min(work.bucket_bytes, work.gradient_bytes)
+
+
+def step_parts(work: Workload, mode: str, workers: int, link: Link,
+               n_sync: int = 1) -> tuple[float, float]:
+    """(seconds computing, seconds waiting for exchanges) of one step of `mode`."""
+    compute = work.compute_seconds
+    if mode == "independent" or (mode == "sync" and (workers <= 1 or work.gradient_bytes <= 0)):
+        return compute, 0.0
+    if mode == "sync":
+        grads = work.gradient_bytes
+        exchange = exchange_seconds(grads, work.gradient_floor, workers, link)
+        last = last_bucket(work)
+        last_exchange = exchange_seconds(last, work.gradient_floor * last / grads, workers, link)
+        return (compute + work.sync_extra,
+                max(exchange - work.overlap * compute, last_exchange))
+    if mode in LOCAL_MODES:
+        exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link)
+        if mode == "async":
+            exchange = max(0.0, exchange - n_sync * compute)
+        return compute, exchange / n_sync
+    raise ValueError(f"unknown mode {mode!r}")
 
 
 def step_seconds(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1) -> float:
-    compute = work.compute_seconds
-    if mode == "independent":
-        return compute
-    if mode == "sync":
-        if workers <= 1:
-            return compute
-        grads = work.gradient_bytes
-        exchange = exchange_seconds(grads, work.gradient_floor, workers, link, work.floor_workers)
-        last = min(work.bucket_bytes, grads) if work.bucket_bytes > 0 else grads
-        last_bucket = exchange_seconds(last, work.gradient_floor * last / grads, workers, link,
-                                       work.floor_workers)
-        return compute + work.sync_extra + max(exchange - work.overlap * compute, last_bucket)
-    if mode in LOCAL_MODES:
-        exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link,
-                                    work.floor_workers)
-        if mode == "async":
-            exchange = max(0.0, exchange - n_sync * compute)
-        return compute + exchange / n_sync
-    raise ValueError(f"unknown mode {mode!r}")
+    return sum(step_parts(work, mode, workers, link, n_sync))
+
+
+def sync_extra_seconds(work: Workload, measured_step: float, workers: int) -> float:
+    """x: what a sync step measured over a link that was not the limit took beyond the
+    compute and the part of its exchange the model leaves exposed, with `work`'s own
+    overlap and last bucket (the same model that will predict with x)."""
+    unlimited = Link(math.inf, latency=0.0)
+    without = replace(work, sync_extra=0.0)
+    return max(0.0, measured_step - step_seconds(without, "sync", workers, unlimited))
 
 
 @dataclass(frozen=True)
@@ -118,6 +147,7 @@ class Prediction:
 
 
 def predict(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1) -> Prediction:
-    seconds = step_seconds(work, mode, workers, link, n_sync)
+    computing, waiting = step_parts(work, mode, workers, link, n_sync)
+    seconds = computing + waiting
     return Prediction(workers * work.batch_per_worker / seconds, work.compute_seconds / seconds,
-                      1.0 - work.compute_seconds / seconds)
+                      waiting / seconds)

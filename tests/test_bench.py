@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -122,20 +123,28 @@ def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tm
     assert not os.path.exists(tmp_path / "bench.json")
 
 
-class _FakeModel:
-    def __init__(self, clock):
-        self.clock = clock
-
-    def train_function(self, iterator):
-        self.clock.now += 0.25  # the step's compiled function takes 0.25 s
-        return {"loss": 1.0}
-
-
 class _Clock:
     now = 0.0
 
     def __call__(self):
         return self.now
+
+
+class _FakeModel:
+    """A compiled step that computes for 0.25 s, then waits `exchange` s for its gradients'
+    averages; its exchange clock (as `hvdtrain.keras.exchange_clock`'s) counts the wait."""
+
+    def __init__(self, clock, exchange=0.0):
+        self.clock, self.exchange = clock, exchange
+        self.exchange_clock = _Clock() if exchange else None
+        if self.exchange_clock:
+            self.exchange_clock.read = self.exchange_clock
+
+    def train_function(self, iterator):
+        self.clock.now += 0.25 + self.exchange
+        if self.exchange_clock:
+            self.exchange_clock.now += self.exchange
+        return {"loss": 1.0}
 
 
 @pytest.mark.parametrize("rank, slept", [(0, [0.5, 0.5]), (1, [])])
@@ -157,6 +166,43 @@ def test_a_slow_rank_sleeps_factor_minus_one_times_each_step_and_only_that_rank(
     for _ in range(2):
         slower.model.train_function(None)
     assert sleeps == pytest.approx(slept + slept[:1])
+
+
+def test_a_slow_rank_slows_its_compute_and_not_the_gradient_exchange_in_its_step():
+    # A sync step: 0.25 s of compute, then 0.6 s waiting for the averages. A GPU 3x
+    # slower computes for 0.75 s: 0.5 s more, whatever the network did.
+    from hvdtrain import comm
+    from hvdtrain.benchmarks.timing import SlowerSteps
+
+    comm.init()
+    clock, sleeps = _Clock(), []
+    slower = SlowerSteps(0, 3.0, clock=clock, sleep=sleeps.append)
+    slower.set_model(_FakeModel(clock, exchange=0.6))
+    slower.on_train_begin()
+    for _ in range(3):
+        slower.model.train_function(None)
+    assert sleeps == pytest.approx([0.5, 0.5])
+
+
+def test_the_exchange_clock_counts_the_wait_from_the_inputs_to_the_outputs():
+    import tensorflow as tf
+
+    from hvdtrain.keras.exchange_clock import ExchangeClock, exchange_clock
+
+    clock = ExchangeClock()
+
+    def slow_identity(x):  # an exchange that takes at least 50 ms
+        return tf.py_function(lambda v: (time.sleep(0.05), v)[1], [x], tf.float32)
+
+    @tf.function
+    def step(x):
+        return clock.timed([x * 2.0], lambda: [slow_identity(x * 2.0)])
+
+    assert step(tf.constant(1.0))[0].numpy() == 2.0
+    assert step(tf.constant(1.0))[0].numpy() == 2.0
+    assert clock.read() >= 0.1
+    model = type("M", (), {"optimizer": type("O", (), {"exchange_clock": clock})()})()
+    assert exchange_clock(model) is clock and exchange_clock(object()) is None
 
 
 @pytest.mark.multiprocess
@@ -221,13 +267,35 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
     # Timed rounds: counted as they came (the epoch's end among them).
     assert rows[2]["sync_seconds"] == 0.1 and rows[2]["exchanges_timed"] >= 1
     assert rows[0]["round_share"] == 0.0 and 0.0 <= rows[2]["round_share"] <= 1.0
+    # LeNet's 0.25 MB of gradients travel in one group (the cost model's last bucket).
+    assert rows[0]["gradient_group_bytes"] == [61_706 * 4]
     # Each worker had its own half of the cores, and its own rate in the row.
     assert report["machine"]["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
     for row in rows:
         assert len(row["worker_images_per_sec"]) == 2
         assert sum(row["worker_images_per_sec"]) == pytest.approx(row["total_images_per_sec"])
+    # Rank 1 computes twice as slowly. With timed rounds each worker steps at its own pace:
+    # rank 1 makes about half of rank 0's images (without the slowdown, as many). The band
+    # is wide: on a machine shared with other jobs one core can be busier than the other
+    # (0.23 to 0.57 measured with a load of 6 on 2 cores).
+    timed_fast, timed_slow = rows[2]["worker_images_per_sec"]
+    assert 0.15 <= timed_slow / timed_fast <= 0.75
+    sync_fast, sync_slow = rows[0]["worker_images_per_sec"]
+    assert sync_slow / sync_fast == pytest.approx(1.0, abs=0.15)
     # Asking for another size than horovodrun started is one clear line on every rank.
     wrong = horovodrun("hvdtrain", "bench", "--workers", "4", "--out", str(tmp_path / "x"),
                        check=False)
     assert wrong.returncode != 0
     assert "--workers 4 under horovodrun, which started 2" in wrong.stderr + wrong.stdout
+
+
+@pytest.mark.multiprocess
+def test_gradient_averaging_times_its_exchange_inside_the_step_and_only_while_it_averages(
+        tmp_path):
+    from conftest import horovodrun, load_rank_files
+
+    horovodrun("exchange_clock_worker.py", str(tmp_path))
+    for rank in load_rank_files(str(tmp_path), "clock"):
+        assert float(rank["averaging"]) > 0.0  # four allreduces of real gradients
+        # Local steps (averaging off) take the cond's other branch: no time is added.
+        assert float(rank["after_local"]) == float(rank["averaging"])

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 
 from hvdtrain.cli import main
 from hvdtrain.benchmarks.predict import workload
-from hvdtrain.costmodel import (Link, Workload, exchange_seconds, predict, ring_allreduce_seconds,
-                                step_seconds)
+from hvdtrain.costmodel import (Link, Workload, exchange_seconds, floor_of_whole_payload, predict,
+                                ring_allreduce_seconds, step_seconds)
 
 GBIT = 10**9
 
@@ -59,15 +61,17 @@ def test_sync_hides_communication_behind_back_propagation_but_not_the_last_bucke
 
 def test_no_link_makes_an_exchange_faster_than_the_hosts_floor():
     fast, slow = Link(8e12, latency=0.0), Link(8e6, latency=0.0)  # 1 TB/s and 1 MB/s
-    assert exchange_seconds(1e6, 0.02, 2, fast) == pytest.approx(0.02)
-    assert exchange_seconds(1e6, 0.02, 2, slow) == pytest.approx(1.0)  # the link dominates
-    # The floor grows with the share (N - 1)/N of the payload each worker handles.
-    assert exchange_seconds(1e6, 0.02, 8, fast, floor_workers=2) == pytest.approx(0.02 * 7 / 8 * 2)
-    assert exchange_seconds(1e6, 0.02, 1, fast) == 0.0
+    assert exchange_seconds(1e6, 0.04, 2, fast) == pytest.approx(0.02)  # F = 0.04 s: see below
+    assert exchange_seconds(1e6, 0.04, 2, slow) == pytest.approx(1.0)  # the link dominates
+    # The floor grows with the share (N - 1)/N of the payload each worker handles; F is
+    # kept for the whole payload: 0.02 s measured on 2 workers is F = 0.04 s.
+    assert floor_of_whole_payload(0.02, 2) == pytest.approx(0.04)
+    assert exchange_seconds(1e6, 0.04, 8, fast) == pytest.approx(0.04 * 7 / 8)
+    assert exchange_seconds(1e6, 0.04, 1, fast) == 0.0
 
 
 def test_sync_adds_its_extra_compute_and_the_floored_exchange():
-    work = Workload(0.1, 1e6, 1e6, 32, gradient_floor=0.02, state_floor=0.05, sync_extra=0.01)
+    work = Workload(0.1, 1e6, 1e6, 32, gradient_floor=0.04, state_floor=0.1, sync_extra=0.01)
     fast = Link(8e12, latency=0.0)
     assert step_seconds(work, "sync", 2, fast) == pytest.approx(0.1 + 0.01 + 0.02)
     assert step_seconds(work, "local", 2, fast, n_sync=10) == pytest.approx(0.1 + 0.005)
@@ -81,11 +85,31 @@ def test_prediction_reports_images_efficiency_and_communication_share():
     assert (p.efficiency, p.communication_share) == pytest.approx((0.25, 0.75))
 
 
-def _bench(tmp_path, link_rate=None, compute=0.4, exchanges=(None, None)):
+def test_sync_modes_extra_compute_counts_against_efficiency_but_not_as_waiting():
+    # 0.5 s compute + 0.25 s of sync's own gradient path + 1.5 s of exchange.
+    work = Workload(0.5, 1e9, 1e9, 64, sync_extra=0.25)
+    p = predict(work, "sync", 4, Link(8e9, latency=0.0))
+    assert p.efficiency == pytest.approx(0.5 / 2.25)
+    assert p.communication_share == pytest.approx(1.5 / 2.25)
+
+
+def test_the_last_bucket_is_the_remainder_the_first_layers_fill_not_a_whole_cap():
+    link = Link(8e9, latency=0.0)  # 1e9 bytes on 2 workers: 1 s
+    # Buckets of 400 MB over 1 GB: 400 + 400 + a last one of 200 MB (0.2 s).
+    known = Workload(10.0, 1e9, 1e9, 32, bucket_bytes=4e8, overlap=0.6, last_bucket_bytes=2e8)
+    assert step_seconds(known, "sync", 2, link) == pytest.approx(10.2)
+    unknown = replace(known, last_bucket_bytes=None)  # bounded by the cap
+    assert step_seconds(unknown, "sync", 2, link) == pytest.approx(10.4)
+    # Overlap 0 hides nothing: the last bucket does not change the step.
+    assert step_seconds(replace(known, overlap=0.0), "sync", 2, link) == pytest.approx(11.0)
+    assert step_seconds(replace(unknown, overlap=0.0), "sync", 2, link) == pytest.approx(11.0)
+
+
+def _bench(tmp_path, link_rate=None, compute=0.4, exchanges=(None, None), groups=None):
     rows = [dict(model="alexnet", mode=mode, label=label, n_sync=n, workers=2, step_seconds=s,
                  bytes_per_step=b, parameters=1_000_000, batch_per_worker=32, bucket_mb=25.0,
                  fp16_allreduce=False, total_images_per_sec=64 / s, total_ci95=1.0,
-                 seconds_per_exchange=e)
+                 seconds_per_exchange=e, gradient_group_bytes=groups)
             for mode, label, n, s, b, e in (
                 ("sync", "sync", None, compute + 0.2, 4e6, exchanges[0]),
                 ("local", "local, n_sync 10", 10, compute + 0.05, 4e5, exchanges[1]),
@@ -122,7 +146,8 @@ def test_checks_compare_emulated_benches_with_the_shared_link_prediction(tmp_pat
 def test_an_unshaped_bench_gives_the_floor_and_a_shaped_one_does_not(tmp_path):
     unshaped = json.loads(open(_bench(tmp_path, exchanges=(0.15, 0.3))).read())
     work = workload(unshaped, overlap=0.0)
-    assert (work.gradient_floor, work.state_floor) == (0.15, 0.3)
+    # Measured on 2 workers, kept for the whole payload: twice the time.
+    assert (work.gradient_floor, work.state_floor) == pytest.approx((0.3, 0.6))
     assert work.sync_extra == pytest.approx(0.6 - 0.4 - 0.15)  # beyond compute and exchange
     bare = workload(unshaped, overlap=0.0, floor=False)
     assert (bare.gradient_floor, bare.state_floor, bare.sync_extra) == (0.0, 0.0, 0.0)
@@ -151,3 +176,25 @@ def test_a_bench_without_independent_workers_or_link_is_refused_in_one_line(tmp_
     assert errors == [
         "hvdtrain: error: predict needs a bench with an independent row (--modes ...,independent)",
         "hvdtrain: error: --check takes benches run with --link-rate; this one has no link_rate"]
+
+
+def test_floors_of_benches_on_different_worker_counts_average_like_with_like(tmp_path):
+    bench = json.loads(open(_bench(tmp_path, exchanges=(0.15, 0.3))).read())
+    # The same hosts on 4 workers: each worker handles 3/4 of the payload, not 1/2.
+    bench["rows"] += [dict(row, workers=4, seconds_per_exchange=row["seconds_per_exchange"] * 1.5)
+                      for row in bench["rows"] if row["seconds_per_exchange"]]
+    work = workload(bench, overlap=0.0)
+    assert (work.gradient_floor, work.state_floor) == pytest.approx((0.3, 0.6))
+
+
+def test_sync_extra_compute_is_derived_with_the_overlap_it_will_predict_with(tmp_path):
+    # An unshaped bench: independent 0.4 s, sync 0.6 s, of which a 0.15 s exchange.
+    unshaped = json.loads(open(_bench(tmp_path, exchanges=(0.15, 0.3), groups=[3e6, 1e6])).read())
+    unlimited = Link(math.inf, latency=0.0)
+    for overlap in (0.0, 0.2, 0.5):
+        work = workload(unshaped, overlap=overlap)
+        assert work.last_bucket_bytes == 1e6
+        # Predicting the bench's own conditions gives back its measured sync step.
+        assert step_seconds(work, "sync", 2, unlimited) == pytest.approx(0.6)
+    # With half the step able to hide the exchange, only the last group (1 of 4 MB) shows.
+    assert workload(unshaped, overlap=0.5).sync_extra == pytest.approx(0.6 - 0.4 - 0.15 / 4)

@@ -1,4 +1,5 @@
-"""Pinning workers to cores: the slices (pure) and the refusal once TensorFlow runs."""
+"""Pinning workers to cores: the slices (pure), pinning a fresh process, and the refusal
+once TensorFlow runs."""
 
 from __future__ import annotations
 
@@ -36,3 +37,38 @@ def test_pinning_after_tensorflow_started_is_refused_and_changes_nothing():
     with pytest.raises(ConfigError, match="--pin-cores must take effect before TensorFlow"):
         pin_worker(0, 1)
     assert os.sched_getaffinity(0) == before
+
+
+# In a fresh process, before TensorFlow starts: pin as local rank 1 of 2, start a thread
+# afterwards, run an op, and report what each thread may use and TF's pool sizes.
+_PIN_SECOND_WORKER = """
+import json, os, threading
+from hvdtrain.cpu_cores import pin_worker
+cores = pin_worker(1, 2)
+import tensorflow as tf
+later = threading.Thread(target=lambda: None)
+later.start(); later.join()
+float(tf.reduce_sum(tf.ones([64, 64]) @ tf.ones([64, 64])))
+threads = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+print(json.dumps({"cores": cores, "threads": threads,
+                  "intra": tf.config.threading.get_intra_op_parallelism_threads(),
+                  "inter": tf.config.threading.get_inter_op_parallelism_threads()}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share")
+def test_a_pinned_worker_keeps_every_thread_on_its_own_slice_and_sizes_tfs_pools_to_it():
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _PIN_SECOND_WORKER], capture_output=True,
+                            text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = worker_cores(sorted(os.sched_getaffinity(0)), 1, 2)
+    assert report["cores"] == expected
+    # Every thread, TensorFlow's pools included (they start after the pinning), stays there.
+    assert len(report["threads"]) > 1
+    assert all(cores == expected for cores in report["threads"].values())
+    assert report["intra"] == len(expected) and report["inter"] == max(2, len(expected))

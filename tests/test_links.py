@@ -92,3 +92,37 @@ def test_a_short_bench_job_runs_over_a_shaped_link(tmp_path):
     assert report["link_rate"] == "1gbit"
     assert [(r["workers"], r["label"]) for r in report["rows"]] == [(2, "sync"), (2, "local, n_sync 2")]
     assert "link: 1gbit" in result.stdout
+
+
+# Inside the shaped namespace: a TCP transfer of N bytes over its loopback, timed from
+# before the sender starts to the last byte received.
+_TRANSFER = """
+import socket, sys, threading, time
+size = int(sys.argv[1])
+server = socket.create_server(("127.0.0.1", 0))
+def send():
+    with socket.create_connection(server.getsockname()) as out:
+        out.sendall(bytes(size))
+start, got = time.perf_counter(), 0
+threading.Thread(target=send, daemon=True).start()
+conn, _ = server.accept()
+while got < size:
+    chunk = conn.recv(1 << 20)
+    if not chunk:
+        break
+    got += len(chunk)
+print(got, time.perf_counter() - start)
+"""
+
+
+@needs_shaping
+def test_a_transfer_over_the_shaped_link_takes_at_least_what_its_rate_allows():
+    # 2.5 MB at 100 Mbit/s: 0.2 s at the very least; unshaped, this loopback takes ~1 ms.
+    size, rate = 2_500_000, "100mbit"
+    result = subprocess.run(shaped_command([sys.executable, "-c", _TRANSFER, str(size)], rate),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    got, seconds = result.stdout.split()
+    # The first full bucket passes at once; every other byte waits for its tokens.
+    allowed = (size - burst_bytes(parse_rate(rate))) * 8 / parse_rate(rate)
+    assert int(got) == size and float(seconds) >= allowed

@@ -13,7 +13,9 @@ It is the one place outside `hvdtrain.comm` that imports Horovod, on purpose: it
 be bare Horovod, with none of hvdtrain's machinery. It trains on the same synthetic
 input as `hvdtrain bench` (a batch kept on the device, or the in-memory pipeline), so
 the ratio of the two rates measures the training machinery alone (gradient averaging,
-callbacks, logs), not the input.
+callbacks, logs), not the input. The one addition is the benchmark's own stopwatch
+(an `ExchangeClock` on the model): it reads timestamps around the allreduces, so that
+`--slow-rank` slows this step's compute as it does hvdtrain's, and not its allreduces.
 """
 
 from __future__ import annotations
@@ -23,11 +25,16 @@ import keras
 import tensorflow as tf
 
 from hvdtrain.data import device_synthetic, synthetic
+from hvdtrain.keras.exchange_clock import ExchangeClock
 from hvdtrain.models import build_model
 
 
 class GradientAveragingModel(keras.Model):
     """A functional model whose training step averages each gradient over the workers."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.exchange_clock = ExchangeClock()
 
     def train_step(self, data):
         images, labels = data
@@ -36,7 +43,8 @@ class GradientAveragingModel(keras.Model):
             loss = self.compute_loss(y=labels, y_pred=logits)
         gradients = tape.gradient(loss, self.trainable_variables)
         # One allreduce per tensor: Horovod's tensor fusion packs them into few messages.
-        gradients = [hvd.allreduce(g, op=hvd.Average) for g in gradients]
+        gradients = self.exchange_clock.timed(
+            gradients, lambda: [hvd.allreduce(g, op=hvd.Average) for g in gradients])
         self.optimizer.apply(gradients, self.trainable_variables)
         for metric in self.metrics:  # the loss tracker, then the compiled metrics
             if metric.name == "loss":

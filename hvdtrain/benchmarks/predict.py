@@ -18,7 +18,8 @@ from statistics import fmean
 from hvdtrain import files
 from hvdtrain.benchmarks.links import parse_rate
 from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, parse_int_list
-from hvdtrain.costmodel import Link, Workload, predict
+from hvdtrain.costmodel import (Link, Workload, floor_of_whole_payload, predict,
+                                sync_extra_seconds)
 from hvdtrain.errors import ConfigError
 
 EXAMPLE = """\
@@ -45,8 +46,9 @@ def add_parser(commands) -> None:
                         help="workers whose traffic shares one link (default: 1, a NIC each)")
     parser.add_argument("--overlap", type=float, default=0.0,
                         help="share of a sync step that can hide gradient communication behind "
-                             "back-propagation (default: 0, none: on a 2-core CPU compute and "
-                             "allreduce compete for the cores; see BENCHMARKS.md)")
+                             "back-propagation, a fitted parameter: no bench measures it "
+                             "(default: 0, none: on a 2-core CPU compute and allreduce compete "
+                             "for the cores; BENCHMARKS.md fits 0.503 to a published GPU case)")
     parser.add_argument("--no-floor", action="store_true",
                         help="leave out the hosts' floor measured by an unshaped BENCH_JSON "
                              "(exchange seconds, sync mode's extra compute): the bare "
@@ -73,7 +75,8 @@ def independent_compute(bench: dict) -> float | None:
 
 def workload(bench: dict, overlap: float, floor: bool = True) -> Workload:
     """The step of the bench's model: compute from its independent rows, bytes per mode,
-    and (unless `floor` is False) the hosts' floor from its multi-worker rows."""
+    the gradient group sent last, and (unless `floor` is False) the hosts' floor from
+    its multi-worker rows."""
     rows = bench["rows"]
     compute = independent_compute(bench)
     if compute is None:
@@ -82,29 +85,33 @@ def workload(bench: dict, overlap: float, floor: bool = True) -> Workload:
     gradient = first["parameters"] * (2 if first.get("fp16_allreduce") else 4)
     state = next((r["bytes_per_step"] * r["n_sync"] for r in rows
                   if r["mode"] in LOCAL_MODES and r["workers"] > 1), gradient)
+    groups = next((r["gradient_group_bytes"] for r in rows if r.get("gradient_group_bytes")), None)
     work = Workload(compute, gradient, state, first["batch_per_worker"],
-                    bucket_bytes=first.get("bucket_mb", DEFAULT_BUCKET_MB) * 1e6, overlap=overlap)
-    return replace(work, **_floors(bench, compute)) if floor else work
+                    bucket_bytes=first.get("bucket_mb", DEFAULT_BUCKET_MB) * 1e6, overlap=overlap,
+                    last_bucket_bytes=groups[-1] if groups else None)
+    return _with_floors(bench, work) if floor else work
 
 
-def _floors(bench: dict, compute: float) -> dict:
-    """Exchange seconds and sync mode's extra compute, where the link was not the limit.
-
-    Only an unshaped bench tells them: over an emulated link the exchange is the link's.
-    """
+def _with_floors(bench: dict, work: Workload) -> Workload:
+    """`work` with the exchange floors and sync mode's extra compute, where the link was
+    not the limit. Only an unshaped bench tells them: over an emulated link the exchange
+    is the link's. Each row's floor is scaled by its own worker count before averaging."""
     if bench.get("link_rate"):
-        return {}
+        return work
     timed = [r for r in bench["rows"] if r["workers"] > 1 and r.get("seconds_per_exchange")]
     sync = [r for r in timed if r["mode"] == "sync"]
     local = [r for r in timed if r["mode"] in LOCAL_MODES]
     if not sync or not local:
-        return {}
-    gradient_floor = fmean(r["seconds_per_exchange"] for r in sync)
-    return {"gradient_floor": gradient_floor,
-            "state_floor": fmean(r["seconds_per_exchange"] for r in local),
-            "sync_extra": max(0.0, fmean(r["step_seconds"] for r in sync) - compute
-                              - gradient_floor),
-            "floor_workers": sync[0]["workers"]}
+        return work
+    floored = replace(
+        work, gradient_floor=fmean(_whole_payload_floor(r) for r in sync),
+        state_floor=fmean(_whole_payload_floor(r) for r in local))
+    return replace(floored, sync_extra=fmean(
+        sync_extra_seconds(floored, r["step_seconds"], r["workers"]) for r in sync))
+
+
+def _whole_payload_floor(row: dict) -> float:
+    return floor_of_whole_payload(row["seconds_per_exchange"], row["workers"])
 
 
 def _setups(bench: dict) -> list[tuple[str, int]]:

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
+from hvdtrain.averaging import gradient_buckets
 from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
@@ -127,6 +128,7 @@ def measure(setup: Setup) -> dict:
     rates = worker_throughput(step_seconds, setup.window, setup.batch_size)
     exchanges, exchange_steps, steps = _exchange_counts(setup, summary, step_seconds, steps)
     gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
+    groups = _gradient_groups(model.trainable_variables, setup)
     if setup.mode in LOCAL_MODES:
         averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
         exchange_bytes, exchange = averager.payload_bytes, averager.average
@@ -147,9 +149,23 @@ def measure(setup: Setup) -> dict:
         "communication_share": communication_share(seconds, exchanges, exchange_steps,
                                                    rates["step_seconds"]),
         "bytes_per_step": exchanges * exchange_bytes / exchange_steps,
+        "gradient_group_bytes": groups,
         # The workers' mean share of the timed steps spent in rounds: what they waited.
         "round_share": sum(row[0] for row in all_workers([timer.round_share])) / workers,
     }
+
+
+def _gradient_groups(variables, setup: Setup) -> list[int] | None:
+    """Bytes of each group sync mode's gradients travel in, in the order they are sent
+    (the last leaves when back-propagation ends; `hvdtrain predict` needs it). None for
+    plain Horovod, whose tensor fusion groups by time, not by size."""
+    if setup.mode == "horovod":
+        return None
+    # Grouped by their size in the step, sent at their size on the wire (fp16 halves it).
+    sizes = [variable_bytes([v]) for v in variables]
+    wire = [variable_bytes([v], setup.fp16_allreduce) for v in variables]
+    return [sum(wire[i] for i in group)
+            for group in gradient_buckets(sizes, setup.bucket_mb * 1e6)]
 
 
 def _exchange_counts(setup: Setup, summary: dict, step_seconds: list[list[float]],

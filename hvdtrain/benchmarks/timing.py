@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
+from hvdtrain.keras.exchange_clock import exchange_clock
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -47,15 +48,24 @@ class StepTimer(keras.callbacks.Callback):
         return np.diff(self._stamps).tolist()
 
 
+def slowdown_seconds(factor: float, step_seconds: float, exchange_seconds: float) -> float:
+    """How long to sleep after a step to make its compute `factor` times slower: the
+    gradient exchange inside it (`exchange_seconds` of its `step_seconds`) is not
+    compute, and a slower GPU would not make it slower."""
+    return (factor - 1) * max(0.0, step_seconds - exchange_seconds)
+
+
 class SlowerSteps(keras.callbacks.Callback):
-    """Make worker `rank`'s training steps `factor` times slower, as a slower GPU or a noisy
+    """Make worker `rank`'s computation `factor` times slower, as a slower GPU or a noisy
     neighbour would: after each step's compiled function it sleeps (factor − 1) times what
-    that function took. Rounds and other callbacks are not slowed, only the step itself,
-    and not a fit's first step, which mostly traces the function on the host.
+    that function computed. Rounds, other callbacks and the gradient exchange inside a
+    sync step are not slowed, only the computation, and not a fit's first step, which
+    mostly traces the function on the host. The exchange's share of the step comes from
+    the model's `ExchangeClock` (`hvdtrain.keras.exchange_clock`).
 
     On a machine whose workers share the cores, the sleeping worker leaves its core to
     the others, which then run faster than they would beside a truly slower GPU. On a
-    GPU the function returns once the step is queued, so the sleep falls short.
+    GPU the function returns once the step is queued; reading the clock waits for it.
     """
 
     def __init__(self, rank: int, factor: float, clock: Callable[[], float] = time.perf_counter,
@@ -71,15 +81,18 @@ class SlowerSteps(keras.callbacks.Callback):
         if comm.rank() != self.rank or self.factor == 1:
             return
         step, factor, clock, sleep = self.model.train_function, self.factor, self._clock, self._sleep
+        exchange = exchange_clock(self.model)
+        exchanged = exchange.read if exchange is not None else (lambda: 0.0)
         self._keras_step = step
         traced = False
 
         def slower_step(iterator):
             nonlocal traced
-            start = clock()
+            start, exchanged_before = clock(), exchanged()
             logs = step(iterator)
             if traced:
-                sleep((factor - 1) * (clock() - start))
+                exchange_seconds = exchanged() - exchanged_before  # waits for the step
+                sleep(slowdown_seconds(factor, clock() - start, exchange_seconds))
             traced = True
             return logs
 

@@ -15,7 +15,8 @@ Unlike `hvd.DistributedOptimizer` (which on Keras 3 silently does not average at
 all), the averaging can be switched off and on during a run through a variable read
 inside the compiled step, which is what post-local SGD needs (synchronous for K
 steps, then local) without recompiling the model. A counter variable records how
-many steps averaged, so communication is accounted for exactly.
+many steps averaged, so communication is accounted for exactly, and an
+`ExchangeClock` how long the steps waited for the averages (benchmarks read it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import tensorflow as tf
 from hvdtrain import comm
 from hvdtrain.buckets import gradient_buckets, parse_bucket_spec
 from hvdtrain.config import DEFAULT_BUCKET_MB
+from hvdtrain.keras.exchange_clock import ExchangeClock
 
 _CLASS_CACHE: dict[type, type] = {}
 
@@ -45,6 +47,7 @@ class GradientAveragingMixin:
                                              name="gradient_averaging_enabled")
         self.averaged_steps = tf.Variable(0, trainable=False, dtype=tf.int64,
                                           name="gradient_averaged_steps")
+        self.exchange_clock = ExchangeClock()
 
     def apply(self, grads, trainable_variables=None):
         if comm.size() > 1:
@@ -59,15 +62,18 @@ class GradientAveragingMixin:
         sizes = [t.shape.num_elements() * t.dtype.size for t in tensors]
         buckets = gradient_buckets(sizes, self.buckets.cap_bytes(sizes))
 
-        def averaged():
-            self.averaged_steps.assign_add(1)
+        def exchange():
             result = [None] * len(tensors)
             for k, bucket in enumerate(buckets):
                 means = comm.average([tensors[i] for i in bucket], name=f"gradients_{k}",
                                      fp16=self.fp16_allreduce)
                 for i, mean in zip(bucket, means):
                     result[i] = mean
-            return tuple(result)
+            return result
+
+        def averaged():
+            self.averaged_steps.assign_add(1)
+            return tuple(self.exchange_clock.timed(tensors, exchange))
 
         chosen = tf.cond(self.averaging_enabled, averaged, lambda: tuple(tensors))
         result = list(grads)
