@@ -22,7 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from hvdtrain.averaging import gradient_buckets  # noqa: F401  (the grouping itself)
+from hvdtrain.averaging import gradient_buckets  # the grouping itself, for a cap
+
+__all__ = ["AUTO_GROUPS", "BucketSpec", "gradient_buckets", "parse_bucket_spec"]
 
 AUTO_GROUPS = 8
 

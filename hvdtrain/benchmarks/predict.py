@@ -17,7 +17,8 @@ from statistics import fmean
 
 from hvdtrain import files
 from hvdtrain.benchmarks.links import parse_rate
-from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, parse_int_list
+from hvdtrain.buckets import parse_bucket_spec
+from hvdtrain.config import LOCAL_MODES, parse_int_list
 from hvdtrain.costmodel import (Link, Workload, floor_of_whole_payload, predict,
                                 sync_extra_seconds)
 from hvdtrain.errors import ConfigError
@@ -87,7 +88,8 @@ def workload(bench: dict, overlap: float, floor: bool = True) -> Workload:
                   if r["mode"] in LOCAL_MODES and r["workers"] > 1), gradient)
     groups = next((r["gradient_group_bytes"] for r in rows if r.get("gradient_group_bytes")), None)
     work = Workload(compute, gradient, state, first["batch_per_worker"],
-                    bucket_bytes=first.get("bucket_mb", DEFAULT_BUCKET_MB) * 1e6, overlap=overlap,
+                    bucket_bytes=parse_bucket_spec(first.get("bucket_mb", 25)).cap_bytes(
+                        [gradient]), overlap=overlap,
                     last_bucket_bytes=groups[-1] if groups else None)
     return _with_floors(bench, work) if floor else work
 

@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.averaging import gradient_buckets
+from hvdtrain.buckets import gradient_buckets, parse_bucket_spec
 from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
@@ -165,7 +165,7 @@ def _gradient_groups(variables, setup: Setup) -> list[int] | None:
     sizes = [variable_bytes([v]) for v in variables]
     wire = [variable_bytes([v], setup.fp16_allreduce) for v in variables]
     return [sum(wire[i] for i in group)
-            for group in gradient_buckets(sizes, setup.bucket_mb * 1e6)]
+            for group in gradient_buckets(sizes, parse_bucket_spec(setup.bucket_mb).cap_bytes(sizes))]
 
 
 def _exchange_counts(setup: Setup, summary: dict, step_seconds: list[list[float]],
