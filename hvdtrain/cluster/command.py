@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import signal
+import subprocess
 import sys
 
 from hvdtrain.cluster.faults import FORMAT, parse_faults
 from hvdtrain.cluster.requirements import check_all
 from hvdtrain.cluster.topology import describe, host_names, plan_hosts
 from hvdtrain.errors import ConfigError
+
+PR_SET_PDEATHSIG = 1
 
 DESCRIPTION = """\
 Run COMMAND on an emulated cluster of --hosts hosts h1..hN on this machine, as on a
@@ -82,12 +87,33 @@ def namespace_command(spec: dict) -> list[str]:
             sys.executable, "-m", "hvdtrain.cluster.supervisor", json.dumps(spec)]
 
 
+def _die_with_parent() -> None:
+    """In unshare, before it starts: SIGKILL when this process dies, even by SIGKILL, and
+    with unshare (--kill-child) PID 1 of the run, and with PID 1 everything in it."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _init_of(unshare_pid: int) -> int | None:
+    """PID 1 of the run, as this PID namespace numbers it: unshare's only child."""
+    try:
+        with open(f"/proc/{unshare_pid}/task/{unshare_pid}/children", encoding="utf-8") as fh:
+            children = fh.read().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
 def run(args: argparse.Namespace) -> int:
     make_spec(args, {"unshare": "unshare"})  # check the options before the machine
     spec = make_spec(args, check_all())
-    argv = namespace_command(spec)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # exec, not a child: a signal to this process reaches unshare, and so the whole run.
-    os.execv(argv[0], argv)
-    return 1  # not reached
+    proc = subprocess.Popen(namespace_command(spec), preexec_fn=_die_with_parent)
+
+    # unshare blocks SIGINT and SIGTERM while it waits, so they go to the run's PID 1,
+    # which passes them to the command and ends everything after a grace period.
+    def forward(signum, _frame):
+        init = _init_of(proc.pid)
+        if init is not None:
+            os.kill(init, signum)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    return proc.wait()
