@@ -13,8 +13,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
+from conftest import load_rank_files
+from helpers import write_learnable_idx_dataset
 from hvdtrain import cli
 from hvdtrain.cluster import command, requirements
 from hvdtrain.cluster.faults import Fault, parse_fault, parse_faults
@@ -150,7 +153,8 @@ needs_cluster = pytest.mark.skipif(_cannot_make_a_cluster() is not None,
 RECORD_NAMESPACES = """
 out=$1; shift
 { for ns in net mnt pid; do echo "$ns $(readlink /proc/1/ns/$ns)"; done
-  for h in "$@"; do echo "net $(ip netns exec "$h" readlink /proc/self/ns/net)"; done; } > "$out"
+  for h in $(ls /run/netns); do echo "net $(ip netns exec "$h" readlink /proc/self/ns/net)"; done
+} > "$out"
 """
 
 
@@ -222,3 +226,70 @@ def test_an_interrupted_cluster_ends_its_command_and_leaves_nothing_behind(tmp_p
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+# --- Horovod jobs across emulated hosts, launched over ssh ---
+
+TINY = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=6, validate=False)
+TRAIN_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "train_worker.py")
+
+
+def hostfile(folder, hosts: int, slots: int = 1) -> str:
+    path = os.path.join(str(folder), "hostfile")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(f"h{k} slots={slots}\n" for k in range(1, hosts + 1))
+    return path
+
+
+def horovodrun_over_ssh(workers: int, hosts_file: str, *command: str) -> list[str]:
+    return [os.path.join(VENV_BIN, "horovodrun"), "-np", str(workers), "-hostfile", hosts_file,
+            "--gloo", "--network-interface", "eth0", "--start-timeout", "60", *command]
+
+
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.cluster
+def test_hvdtrain_train_on_two_hosts_over_ssh_then_nothing_is_left(tmp_path, idx_dataset_dir):
+    record = str(tmp_path / "namespaces.txt")
+    script = RECORD_NAMESPACES + 'exec horovodrun -np 2 -H h1:1,h2:1 --gloo --network-interface eth0 "$@"'
+    train = ["hvdtrain", "train", "--model", "lenet", "--data-dir", idx_dataset_dir, "--epochs", "1",
+             "--batch-size", "16", "--steps-per-epoch", "4", "--no-validate",
+             "--out", str(tmp_path / "run")]
+    result = run_cluster(["--hosts", "2", "--link-rate", "1gbit", "--", "sh", "-c", script, "sh",
+                          record, *train])
+    assert result.returncode == 0, result.stderr[-5000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["workers"] == 2 and summary["total_steps"] == 4
+    assert_nothing_left(record)
+
+
+@pytest.fixture(scope="module")
+def four_hosts(tmp_path_factory):
+    """sync, local and async trainings in one Horovod job over 4 hosts, a worker each."""
+    root = tmp_path_factory.mktemp("four-hosts")
+    data_dir = write_learnable_idx_dataset(str(root / "data"), train=512, test=128)
+    modes = {"sync": {}, "local": dict(mode="local", n_sync=2), "async": dict(mode="async", n_sync=2)}
+    runs = [{"name": name, "config": dict(TINY, **cfg, data_dir=data_dir, out=str(root / f"run-{name}"))}
+            for name, cfg in modes.items()]
+    job = horovodrun_over_ssh(4, hostfile(root, 4), sys.executable, TRAIN_WORKER, str(root),
+                              json.dumps(runs))
+    result = run_cluster(["--hosts", "4", "--link-rate", "1gbit", "--", *job], timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return root, {name: load_rank_files(str(root), name, workers=4) for name in modes}
+
+
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.cluster
+@pytest.mark.parametrize("mode", ["sync", "local", "async"])
+def test_each_mode_finishes_on_four_hosts_with_a_worker_each_and_ends_in_consensus(four_hosts, mode):
+    root, results = four_hosts
+    ranks = results[mode]
+    assert [int(r["cross_rank"]) for r in ranks] == [0, 1, 2, 3]  # one host each
+    assert all(int(r["local_size"]) == 1 for r in ranks)
+    for other in ranks[1:]:  # every mode averages at the epoch's end
+        np.testing.assert_allclose(other["trainable"], ranks[0]["trainable"], rtol=0, atol=1e-6)
+    summary = json.loads((root / f"run-{mode}" / "summary.json").read_text())
+    assert summary["workers"] == 4 and summary["mode"] == mode
