@@ -158,11 +158,12 @@ out=$1; shift
 """
 
 
-def run_cluster(args: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+def run_cluster(args: list[str], timeout: float = 300, env: dict | None = None
+                ) -> subprocess.CompletedProcess:
+    env = dict(env or os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
     return subprocess.run([HVDTRAIN, "cluster", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, **kwargs)
+                          timeout=timeout, env=env)
 
 
 def assert_nothing_left(record: str) -> None:
@@ -325,3 +326,70 @@ def test_a_sync_jobs_gradients_really_cross_every_hosts_nic(tmp_path):
     for name, sent in during.items():
         for direction in ("tx_bytes", "rx_bytes"):
             assert 1.0 <= sent[direction] / ring_bytes <= 1.10, (name, direction, sent, ring_bytes)
+
+
+# --- our launchers against the emulated hosts: 2 hosts x 2 slots, so local and cross ranks differ ---
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCH = os.path.join(ROOT, "launch")
+TRAIN_OPTIONS = ["--model", "lenet", "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", "3",
+                 "--no-validate"]
+
+
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.cluster
+@pytest.mark.parametrize("hierarchical", [False, True], ids=["flat", "hierarchical"])
+def test_the_slurm_script_trains_on_the_nodes_of_slurm_job_nodelist(tmp_path, idx_dataset_dir,
+                                                                     hierarchical):
+    """train.sbatch expands h[1-2] with hostfile.py, checks each node over ssh with
+    hostcheck.py, then runs horovodrun -hostfile: 4 workers, 2 on each host."""
+    env = dict(os.environ, SLURM_JOB_NODELIST="h[1-2]", SLURM_NTASKS_PER_NODE="2",
+               SLURM_SUBMIT_DIR=ROOT, HVDTRAIN_HOST_CHECK="ssh")
+    hvd_flags = ["--network-interface", "eth0", "--start-timeout", "60"]
+    hvd_flags += ["--hierarchical-allreduce"] if hierarchical else []
+    result = run_cluster(["--hosts", "2", "--", "bash", os.path.join(LAUNCH, "slurm", "train.sbatch"),
+                          *hvd_flags, "--", *TRAIN_OPTIONS, "--data-dir", idx_dataset_dir,
+                          "--out", str(tmp_path / "run")], env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert "train.sbatch: 4 workers on 2 nodes: h1 slots=2 h2 slots=2" in result.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["workers"] == 4 and summary["total_steps"] == 3
+
+
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.cluster
+def test_hostfile_py_hosts_give_each_host_two_local_ranks_and_a_cross_rank(tmp_path):
+    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=256, test=64)
+    runs = [{"name": "hier", "config": dict(TINY, data_dir=data_dir, out=str(tmp_path / "run"))}]
+    hosts = str(tmp_path / "hosts.txt")
+    script = (f'python3 {LAUNCH}/hostfile.py list h1:2 h2:2 --check tcp -o {hosts} && '
+              f'exec horovodrun -np 4 -hostfile {hosts} --gloo --network-interface eth0 '
+              f'--hierarchical-allreduce "$@"')
+    result = run_cluster(["--hosts", "2", "--", "sh", "-c", script, "sh", sys.executable,
+                          TRAIN_WORKER, str(tmp_path), json.dumps(runs)])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    ranks = load_rank_files(str(tmp_path), "hier", workers=4)
+    assert [(int(r["cross_rank"]), int(r["local_size"])) for r in ranks] == [(0, 2), (0, 2), (1, 2), (1, 2)]
+    for other in ranks[1:]:
+        np.testing.assert_array_equal(other["trainable"], ranks[0]["trainable"])
+
+
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_hostcheck_names_the_host_whose_nic_is_down_and_only_it(tmp_path):
+    check = (f'import sys; sys.path.insert(0, "{LAUNCH}"); import hostcheck; '
+             f'print(hostcheck.unreachable(["h1", "h2", "h3"], hostcheck.{{probe}}(timeout=2)))')
+    script = f'{sys.executable} -c \'{check.format(probe="tcp_probe")}\'; ' \
+             f'{sys.executable} -c \'{check.format(probe="ssh_probe")}\''
+    result = run_cluster(["--hosts", "3", "--fault", "at=0s host=h2 action=down", "--",
+                          "sh", "-c", "sleep 0.5; " + script], timeout=120)
+    assert result.returncode == 0, result.stderr
+    tcp, ssh_ = result.stdout.splitlines()
+    assert tcp == "{'h2': 'no answer on port 22 within 2 s'}"
+    assert list(eval(ssh_)) == ["h2"]  # noqa: S307  (our own printed dict)
+    assert "h2 down (at 0 s)" in result.stderr
