@@ -393,3 +393,29 @@ def test_hostcheck_names_the_host_whose_nic_is_down_and_only_it(tmp_path):
     assert tcp == "{'h2': 'no answer on port 22 within 2 s'}"
     assert list(eval(ssh_)) == ["h2"]  # noqa: S307  (our own printed dict)
     assert "h2 down (at 0 s)" in result.stderr
+
+
+# --- faults on a live cluster (no training: what each action does to a host) ---
+
+@needs_cluster
+@pytest.mark.slow
+def test_a_killed_host_drops_its_sessions_and_comes_back_with_sshd_when_brought_up():
+    script = ("ssh h2 sleep 30; echo killed:$?; "          # the kill at 1 s ends this session
+              "ssh h2 true; echo while-dead:$?; "         # no sshd on h2 until it comes up
+              "sleep 3; ssh h2 hostname")                 # up at 3 s restarted it
+    result = run_cluster(["--hosts", "2", "--fault", "at=1s host=h2 action=kill",
+                          "--fault", "at=3s host=h2 action=up", "--", "sh", "-c", script], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["killed:255", "while-dead:255", "h2"]
+    assert "h2 kill (at 1 s)" in result.stderr and "h2 up (at 3 s)" in result.stderr
+
+
+@needs_cluster
+@pytest.mark.slow
+def test_a_slowed_host_gets_the_new_rate_on_both_ends_of_its_cable():
+    script = "sleep 1; ip netns exec h2 tc qdisc show dev eth0; nsenter --net=/proc/1/ns/net tc qdisc show dev vh2"
+    result = run_cluster(["--hosts", "2", "--link-rate", "1gbit", "--fault",
+                          "at=0s host=h2 action=slow:10mbit", "--", "sh", "-c", script], timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and all("tbf" in line and "rate 10Mbit" in line for line in lines)
