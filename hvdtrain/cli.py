@@ -12,6 +12,7 @@ import sys
 
 from hvdtrain import __version__
 from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves, predict
+from hvdtrain.cluster import command as cluster
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiments.add_parser(commands)
     learning_curves.add_parser(commands)
     predict.add_parser(commands)
+    cluster.add_parser(commands)
     return parser
 
 

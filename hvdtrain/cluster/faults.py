@@ -1,0 +1,72 @@
+"""Host faults at given times: a NIC goes down or comes back, a host's processes die, a link slows.
+
+  --fault "at=30s host=h3 action=down"        h3's eth0 goes down (its cable is pulled)
+  --fault "at=60s host=h3 action=up"          ...and comes back; sshd restarted if it died
+  --fault "at=30s host=h3 action=kill"        every process on h3 is killed (a crash)
+  --fault "at=30s host=h3 action=slow:10mbit" h3's link runs at 10 Mbit/s from then on
+
+Times count from the start of the command. Parsing is pure; the supervisor applies them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hvdtrain.benchmarks.links import parse_rate
+from hvdtrain.errors import ConfigError
+
+ACTIONS = ("down", "up", "kill", "slow")
+FORMAT = "at=30s host=h3 action=down|up|kill|slow:10mbit"
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float          # seconds after the command starts
+    host: str
+    action: str        # one of ACTIONS
+    rate_bits: int = 0  # for slow
+
+    def describe(self) -> str:
+        what = f"slow to {self.rate_bits / 1e6:g} Mbit/s" if self.action == "slow" else self.action
+        return f"{self.host} {what}"
+
+
+def _seconds(text: str, spec: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)?", text)
+    if not match:
+        raise ConfigError(f"--fault at= must be a time like 30s, 500ms or 2m, got {text!r} in {spec!r}")
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def _action(text: str, spec: str) -> tuple[str, int]:
+    name, _, arg = text.partition(":")
+    if name not in ACTIONS:
+        raise ConfigError(f"--fault action must be one of down, up, kill, slow:RATE, got {text!r}")
+    if (name == "slow") != bool(arg):
+        raise ConfigError(f"--fault action slow takes a rate (slow:10mbit) and the others none, "
+                          f"got {text!r} in {spec!r}")
+    return name, parse_rate(arg) if arg else 0
+
+
+def parse_fault(spec: str, host_names: list[str]) -> Fault:
+    """'at=30s host=h3 action=slow:10mbit' -> Fault(30.0, 'h3', 'slow', 10_000_000)."""
+    fields = {}
+    for word in spec.split():
+        key, sep, value = word.partition("=")
+        if not sep or key not in ("at", "host", "action") or key in fields:
+            raise ConfigError(f"--fault must look like {FORMAT!r}, got {spec!r}")
+        fields[key] = value
+    if set(fields) != {"at", "host", "action"}:
+        raise ConfigError(f"--fault must give at=, host= and action=, got {spec!r}")
+    if fields["host"] not in host_names:
+        raise ConfigError(f"--fault names host {fields['host']}, but the cluster has hosts "
+                          f"h1..h{len(host_names)}")
+    action, rate = _action(fields["action"], spec)
+    return Fault(_seconds(fields["at"], spec), fields["host"], action, rate)
+
+
+def parse_faults(specs: list[str], host_names: list[str]) -> list[Fault]:
+    """In time order, so a reader of the log sees them as they happen."""
+    return sorted((parse_fault(spec, host_names) for spec in specs), key=lambda f: f.at)

@@ -1,0 +1,82 @@
+"""What `hvdtrain cluster` needs from the machine, checked before anything is made.
+
+Each missing piece is one line naming it and how to get it (a ConfigError).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from hvdtrain.errors import ConfigError
+
+CAP_NET_ADMIN = 12
+CAP_SYS_ADMIN = 21
+
+# program -> how to get it on Debian or Ubuntu
+TOOLS = {
+    "unshare": "util-linux (apt-get install util-linux)",
+    "mount": "util-linux (apt-get install util-linux)",
+    "ip": "iproute2 (apt-get install iproute2)",
+    "tc": "iproute2 (apt-get install iproute2)",
+    "ssh": "openssh-client (apt-get install openssh-client)",
+    "ssh-keygen": "openssh-client (apt-get install openssh-client)",
+    "sshd": "openssh-server (apt-get install openssh-server, or `make setup` as root)",
+}
+# sshd lives in sbin, which a user's PATH may lack.
+SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")
+
+
+def effective_capabilities(status_text: str) -> int:
+    """The CapEff bit mask from the text of /proc/PID/status."""
+    for line in status_text.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def missing_capabilities(mask: int) -> list[str]:
+    wanted = {"CAP_NET_ADMIN": CAP_NET_ADMIN, "CAP_SYS_ADMIN": CAP_SYS_ADMIN}
+    return [name for name, bit in wanted.items() if not mask >> bit & 1]
+
+
+def find_tool(name: str) -> str | None:
+    path = os.pathsep.join([os.environ.get("PATH", ""), *SBIN])
+    return shutil.which(name, path=path)
+
+
+def check_capabilities() -> None:
+    with open("/proc/self/status", encoding="utf-8") as fh:
+        missing = missing_capabilities(effective_capabilities(fh.read()))
+    if missing:
+        raise ConfigError(f"hvdtrain cluster needs root ({' and '.join(missing)} missing) to "
+                          "make private network, mount and PID namespaces: run it with sudo")
+
+
+def check_tools() -> dict[str, str]:
+    """{program: its path} for every program the cluster runs, or one line for the first missing."""
+    found = {}
+    for name, package in TOOLS.items():
+        path = find_tool(name)
+        if path is None:
+            raise ConfigError(f"hvdtrain cluster needs {name}, which is not installed: "
+                              f"it comes with {package}")
+        found[name] = path
+    return found
+
+
+def check_namespaces(unshare: str) -> None:
+    """Root is not always enough (a container without CAP_SYS_ADMIN in its own namespace)."""
+    probe = subprocess.run([unshare, "--net", "--mount", "--pid", "--fork", "--", "true"],
+                           capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        reason = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise ConfigError(f"hvdtrain cluster cannot make private namespaces here: {reason}")
+
+
+def check_all() -> dict[str, str]:
+    check_capabilities()
+    tools = check_tools()
+    check_namespaces(tools["unshare"])
+    return tools

@@ -1,0 +1,121 @@
+"""Inside the run's namespaces: build the cluster, run the command on h1, apply faults, end.
+
+Started by `hvdtrain cluster` as PID 1 of a new PID namespace (unshare --pid --fork
+--kill-child). PID 1 only reaps orphans and forwards signals; a child of it does the
+work. When PID 1 exits, however it exits, the kernel kills every process left in the
+namespace (sshd, workers, anything a worker started), and with the last of them go
+the network namespaces, the bridge and every mount made here. So teardown needs no
+list of what was made and cannot miss anything, even after a crash or a SIGKILL.
+
+  python -m hvdtrain.cluster.supervisor SPEC_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from hvdtrain.cluster.emulated import EmulatedCluster
+from hvdtrain.cluster.faults import Fault
+from hvdtrain.cluster.topology import Host
+from hvdtrain.files import write_json
+
+# After SIGINT/SIGTERM, the command gets this long to stop before everything is killed.
+GRACE_SECONDS = 10.0
+LAUNCHER = "h1"
+
+
+def _exit_code(status: int) -> int:
+    """A shell's convention: the exit status, or 128 + the signal that ended the process."""
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def reap_as_init(child: int) -> int:
+    """PID 1's whole job: forward SIGINT/SIGTERM to `child`, reap every orphan, and return
+    `child`'s exit code once it ends."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 1
+        except InterruptedError:
+            continue
+        if pid == child:
+            return _exit_code(status)
+
+
+def _schedule(cluster: EmulatedCluster, faults: list[Fault], start: float) -> list[threading.Timer]:
+    timers = []
+    for fault in faults:
+        timer = threading.Timer(max(0.0, start + fault.at - time.monotonic()), cluster.apply, [fault])
+        timer.daemon = True
+        timer.start()
+        timers.append(timer)
+    return timers
+
+
+def supervise(spec: dict) -> int:
+    """Build the cluster, run the command on h1 with faults on schedule, return its exit code."""
+    hosts = [Host(h["name"], h["address"], h["rate_bits"]) for h in spec["hosts"]]
+    faults = [Fault(**f) for f in spec["faults"]]
+    cluster = EmulatedCluster(hosts, spec["tools"])
+    cluster.build()
+    before = _counters(cluster)
+    print(f"hvdtrain cluster: {len(hosts)} hosts up ({', '.join(h.name for h in hosts)}); "
+          f"running on {LAUNCHER}: {' '.join(spec['command'])}", file=sys.stderr, flush=True)
+    command = cluster.popen(LAUNCHER, spec["command"])
+    _forward_signals(command)
+    timers = _schedule(cluster, faults, time.monotonic())
+    code = command.wait()
+    for timer in timers:
+        timer.cancel()
+    if spec.get("nic_counters"):
+        _write_counters(spec["nic_counters"], before, _counters(cluster))
+    return code if code >= 0 else 128 - code
+
+
+def _forward_signals(command: subprocess.Popen) -> None:
+    """SIGINT/SIGTERM/SIGHUP go to the command; if it has not ended GRACE_SECONDS later,
+    this process exits, and with PID 1 everything in the namespaces ends."""
+    def stop(signum, _frame):
+        command.send_signal(signum)
+        threading.Timer(GRACE_SECONDS, os._exit, [128 + signum]).start()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
+def _counters(cluster: EmulatedCluster) -> dict[str, dict[str, int]]:
+    return {name: cluster.nic_bytes(name) for name in cluster.hosts}
+
+
+def _write_counters(path: str, before: dict, after: dict) -> None:
+    """Bytes each host's eth0 sent and received while the command ran."""
+    delta = {name: {key: after[name][key] - before[name][key] for key in before[name]}
+             for name in before}
+    write_json(path, {"before": before, "after": after, "during": delta})
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    if os.getpid() == 1:
+        child = os.fork()
+        if child:
+            return reap_as_init(child)
+    try:
+        return supervise(spec)
+    except Exception as exc:  # one line; the namespaces end with us anyway
+        print(f"hvdtrain cluster: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    # os._exit: no interpreter teardown in PID 1, whose exit ends everything else at once.
+    os._exit(main(sys.argv[1:]))
