@@ -12,7 +12,8 @@ import time
 import pytest
 
 from hvdtrain.benchmarks.scaling import (add_scaling, combine_repeats, communication_share,
-                                         exchanges_in, overhead_against_reference, rounded_steps,
+                                         exchanges_in, overhead_against_reference,
+                                         ratios_to_reference, rounded_steps,
                                          window_rates, worker_throughput)
 from hvdtrain.cli import main
 
@@ -90,6 +91,18 @@ def test_overhead_is_the_reference_rate_over_hvdtrains_minus_one():
     overhead = overhead_against_reference(rows)
     assert list(overhead) == [1, 2]
     assert overhead[1] == pytest.approx((0.02, 0.0)) and overhead[2] == pytest.approx((-0.05, 0.0))
+
+
+def test_each_sync_bucket_setup_is_paired_with_the_reference_repeat_by_repeat():
+    rows = [dict(_row("sync", 2, 150.0), label="sync", repeat_images_per_sec=[200.0, 100.0]),
+            dict(_row("sync", 2, 150.0), label="sync, buckets 25",
+                 repeat_images_per_sec=[180.0, 95.0]),
+            dict(_row("horovod", 2, 150.0), label="horovod", repeat_images_per_sec=[200.0, 100.0])]
+    ratios = ratios_to_reference(rows)
+    assert ratios[(2, "sync")] == pytest.approx((1.0, 0.0))
+    assert ratios[(2, "sync, buckets 25")][0] == pytest.approx((0.9 + 0.95) / 2)
+    # The overhead line compares the default's row, not the last sync row.
+    assert overhead_against_reference(rows)[2] == pytest.approx((0.0, 0.0))
 
 
 def test_overhead_pairs_the_repeats_taken_in_turn():

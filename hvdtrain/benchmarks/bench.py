@@ -10,7 +10,8 @@ import time
 
 from hvdtrain.benchmarks.launching import horovodrun_command, run_job
 from hvdtrain.benchmarks.links import check_link_options, over_link
-from hvdtrain.benchmarks.scaling import add_scaling, overhead_against_reference
+from hvdtrain.benchmarks.scaling import (add_scaling, overhead_against_reference,
+                                         ratios_to_reference)
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import (DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_choice_list, parse_int_list,
                              parse_seconds_list, parse_shape)
@@ -248,13 +249,17 @@ def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None
         # None: the unshaped loopback of one machine (several GB/s).
         "link_rate": link_rate,
         "horovod_reference_over_sync": {str(k): {"overhead": v, "ci95": ci}
-                                        for k, (v, ci) in overhead.items()}})
+                                        for k, (v, ci) in overhead.items()},
+        "sync_over_horovod": [{"workers": k, "label": label, "ratio": v, "ci95": ci}
+                              for (k, label), (v, ci) in ratios_to_reference(rows).items()]})
     write_csv(os.path.join(out, "bench.csv"), rows, CSV_COLUMNS)
     print(f"link: {link_rate or 'unshaped loopback'}")
     print(format_table(rows))
     for count, (ratio, ci) in overhead.items():
         print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} ± {ci:.1%} "
               "images/sec")
+    for (count, label), (ratio, ci) in ratios_to_reference(rows).items():
+        print(f"{label} / plain Horovod, {count} worker(s): {ratio:.3f}x ± {ci:.3f} (paired)")
     print(f"hvdtrain: wrote {os.path.join(out, 'bench.json')} and bench.csv", flush=True)
 
 

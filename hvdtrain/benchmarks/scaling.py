@@ -105,7 +105,9 @@ def overhead_against_reference(rows: list[dict], mode: str = "sync",
     """
     by_workers: dict[int, dict[str, dict]] = {}
     for row in rows:
-        if row["mode"] in (mode, reference):
+        # Sync rows of other gradient groups (bench --bucket-mb a,b) carry labels of their
+        # own; the default's is the mode's name.
+        if row["mode"] in (mode, reference) and row.get("label", row["mode"]) == row["mode"]:
             by_workers.setdefault(row["workers"], {})[row["mode"]] = row
     result = {}
     for workers, pair in sorted(by_workers.items()):
@@ -115,6 +117,23 @@ def overhead_against_reference(rows: list[dict], mode: str = "sync",
         theirs = pair[reference].get("repeat_images_per_sec",
                                      [pair[reference]["total_images_per_sec"]])
         result[workers] = mean_ci95([t / o - 1.0 for t, o in zip(theirs, ours)])
+    return result
+
+
+def ratios_to_reference(rows: list[dict], mode: str = "sync",
+                        reference: str = "horovod") -> dict[tuple[int, str], tuple[float, float]]:
+    """Per worker count and `mode` setup (each --bucket-mb of sync): its images/sec over the
+    reference's, paired repeat by repeat, with the half-width of the 95% interval."""
+    references = {r["workers"]: r for r in rows if r["mode"] == reference}
+    result = {}
+    for row in rows:
+        theirs = references.get(row["workers"])
+        if row["mode"] != mode or theirs is None:
+            continue
+        ours = row.get("repeat_images_per_sec", [row["total_images_per_sec"]])
+        base = theirs.get("repeat_images_per_sec", [theirs["total_images_per_sec"]])
+        result[(row["workers"], row.get("label", mode))] = mean_ci95(
+            [o / t for o, t in zip(ours, base)])
     return result
 
 
