@@ -86,3 +86,14 @@ def test_the_cli_passes_auto_and_numbers_through():
     assert load_config(None, {"mode": args.mode, "n_sync": args.n_sync}).n_sync == "auto"
     args = build_parser().parse_args(["train", "--n-sync", "7"])
     assert args.n_sync == 7
+
+
+def test_local_sgd_takes_auto_and_names_a_bad_period():
+    from hvdtrain.keras.local_sgd import LocalSGD
+
+    callback = LocalSGD(n_sync="auto:12", warm_start_steps=3)
+    assert callback.period == 12 and callback.trigger.next_round == 15
+    with pytest.raises(ValueError, match="n_sync must be a positive integer"):
+        LocalSGD(n_sync=0)
+    with pytest.raises(ValueError, match="takes n_sync or sync_seconds"):
+        LocalSGD(n_sync="auto", sync_seconds=2.0, batch_size=4, epoch_examples=10)

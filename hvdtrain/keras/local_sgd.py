@@ -34,6 +34,7 @@ import keras
 
 from hvdtrain import comm
 from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS, AutoPeriod, parse_n_sync
+from hvdtrain.errors import ConfigError
 from hvdtrain.keras.adaptive_rounds import REPORT_BYTES, REPORT_LENGTH, AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.initial_state import InitialState
@@ -120,7 +121,7 @@ class LocalSGD(keras.callbacks.Callback):
         super().__init__()
         if n_sync is None and sync_seconds is None:
             raise ValueError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
-        period = parse_n_sync(n_sync) if n_sync is not None else None
+        period = _period(n_sync) if n_sync is not None else None
         if isinstance(period, AutoPeriod) and sync_seconds is not None:
             raise ValueError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
                              f"and sync_seconds={sync_seconds!r}")
@@ -148,12 +149,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.adaptive = AdaptiveRounds(AdaptivePeriod(
             period.initial, period.minimum, warm_start_steps)) if isinstance(
                 period, AutoPeriod) else None
-        if self.adaptive is not None:
-            self.trigger = self.adaptive.trigger
-        elif sync_seconds is not None:
-            self.trigger = EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
-        else:
-            self.trigger = EveryNSteps(period, warm_start_steps)
+        self.trigger = self._make_trigger(period, sync_seconds, clock)
         self.consensus = ConsensusWanted(consensus_every)
         self.initial_state = InitialState()
         self.averager: ModelStateAverager | None = None
@@ -169,6 +165,13 @@ class LocalSGD(keras.callbacks.Callback):
     def rounds(self) -> int:
         """Averaging rounds so far (the warm start's hand-over and epoch ends included)."""
         return self.progress.averaging_rounds
+
+    def _make_trigger(self, period, sync_seconds, clock):
+        if self.adaptive is not None:
+            return self.adaptive.trigger
+        if sync_seconds is not None:
+            return EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
+        return EveryNSteps(period, self.warm.steps)
 
     @property
     def period(self) -> int | None:
@@ -411,6 +414,14 @@ class LocalSGD(keras.callbacks.Callback):
     def _stop_epoch(self) -> None:
         self.model.stop_training = True
         self.timed.stopped = True
+
+
+def _period(n_sync) -> int | AutoPeriod:
+    try:
+        return parse_n_sync(n_sync)
+    except ConfigError:
+        raise ValueError(f"n_sync must be a positive integer, \"auto\" or \"auto:N\", "
+                         f"got {n_sync!r}") from None
 
 
 def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) -> None:
