@@ -39,6 +39,22 @@ def is_warm_start_end(step: int, warm_start_steps: int) -> bool:
     return warm_start_steps > 0 and step == warm_start_steps
 
 
+def adacomm_period(loss: float, initial_loss: float, initial_period: int,
+                   minimum: int = 1) -> int:
+    """AdaComm's period (Wang & Joshi 2019): τ = ⌈√(F / F₀) · τ₀⌉, kept within [minimum, τ₀].
+
+    Averaging matters more as the loss falls (the workers' models then differ by more,
+    relative to how far they still have to go), so the period shrinks with √(F / F₀). A
+    loss above F₀ (an early spike) keeps τ₀; a loss that is not a finite number, or an F₀
+    that is not positive, keeps τ₀ too, so one bad value cannot make rounds rare.
+    """
+    if not (math.isfinite(loss) and math.isfinite(initial_loss)) or initial_loss <= 0:
+        return initial_period
+    ratio = min(max(loss, 0.0) / initial_loss, 1.0)
+    # The tolerance keeps √0.09 · 10 = 3.0000000000000004 at 3.
+    return max(minimum, min(initial_period, math.ceil(math.sqrt(ratio) * initial_period - 1e-9)))
+
+
 def is_epoch_end(step: int, steps_per_epoch: int) -> bool:
     return step % steps_per_epoch == 0
 

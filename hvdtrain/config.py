@@ -25,6 +25,10 @@ OPTIMIZERS = ("sgd", "adam")
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 WARM_STARTS = ("sync", "single")
+# --n-sync auto: AdaComm's rule (hvdtrain.averaging.adacomm_period) from this first period
+# down to this minimum; "auto:N" starts from N. Why these values: README, "--n-sync auto".
+AUTO_INITIAL_PERIOD = 32
+AUTO_MIN_PERIOD = 2
 # The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here
 # so a typo is caught before TensorFlow is imported (tests check they match the registries).
 DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic",
@@ -86,7 +90,11 @@ class TrainConfig:
                 "steps and a worker takes the round's average plus its own progress since "
                 "(CoCoD-SGD); epoch ends, evaluation and checkpoints wait for one blocking round",
         MODES)
-    n_sync: int = _opt(100, "local mode: local steps between two weight averagings")
+    n_sync: int | str = _opt(
+        100, "local and async modes: local steps between two weight averagings; auto: the "
+              "period adapts to training, AdaComm's rule ceil(sqrt(loss / first loss) * 32) "
+              "on the workers' averaged training loss since the last round, set anew at "
+              "every round and never below 2 (auto:N starts from N)")
     sync_seconds: float | None = _opt(
         None, "local and async modes: average every this many seconds of each worker's wall "
               "time instead of every --n-sync steps, so a faster worker takes more steps; an "
@@ -137,6 +145,14 @@ class TrainConfig:
     # Output and fault tolerance.
     out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)")
     validate: bool = _opt(True, "evaluate on the test split after every epoch")
+    eval_every: int = _opt(
+        0, "also evaluate every N steps within epochs, after a round that brings the workers "
+           "to consensus, with a line per evaluation in metrics.jsonl (test_accuracy, "
+           "examples, train_seconds, bytes_allreduced, n_sync in force): the data of time to "
+           "accuracy; 0 turns it off")
+    eval_examples: int | None = _opt(
+        None, "--eval-every evaluates about this many examples, the same first ones of the "
+              "test split every time (default: all of it)")
     checkpoint_every: str = _opt(
         "1epoch", "checkpoint interval: N steps (500, 500steps) or N epochs (2e, 2epochs); in "
                   "local mode a step checkpoint waits for the next averaging round")
@@ -172,7 +188,7 @@ class TrainConfig:
         """Raise ConfigError naming the first bad option and its value."""
         _positive_int(self, "epochs")
         _positive_int(self, "batch_size")
-        _positive_int(self, "n_sync")
+        parse_n_sync(self.n_sync)
         _positive_int(self, "image_size")
         _positive_int(self, "keep_checkpoints")
         _positive_int(self, "model_parallel")
@@ -191,6 +207,9 @@ class TrainConfig:
         if self.train_examples is not None:
             _positive_int(self, "train_examples")
         _non_negative_int(self, "warm_start_steps")
+        _non_negative_int(self, "eval_every")
+        if self.eval_examples is not None:
+            _positive_int(self, "eval_examples")
         _non_negative_int(self, "seed")
         _positive_float(self, "base_lr")
         _non_negative_float(self, "warmup_epochs")
@@ -246,6 +265,9 @@ def _check_timed(cfg: "TrainConfig") -> None:
     _positive_float(cfg, "sync_seconds")
     if cfg.mode not in LOCAL_MODES:
         raise ConfigError(f"--sync-seconds needs --mode local or async, got --mode {cfg.mode}")
+    if cfg.eval_every:
+        raise ConfigError(f"--eval-every {cfg.eval_every} needs the workers in step; with "
+                          "--sync-seconds their steps differ (evaluate at epoch ends instead)")
     if cfg.elastic:
         raise ConfigError("--sync-seconds does not work with --elastic: the workers' steps "
                           "differ, and a commit needs them at the same one")
@@ -257,6 +279,31 @@ def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:
     if parse_interval(cfg.checkpoint_every)[0] != "epochs":
         raise ConfigError(f"{what} checkpoints at epoch ends, where the workers agree; got "
                           f"--checkpoint-every {cfg.checkpoint_every}")
+
+
+@dataclass(frozen=True)
+class AutoPeriod:
+    """--n-sync auto: the period adapts to the training loss, from `initial` to `minimum`."""
+
+    initial: int = AUTO_INITIAL_PERIOD
+    minimum: int = AUTO_MIN_PERIOD
+
+
+def parse_n_sync(value: Any) -> int | AutoPeriod:
+    """100, "100" -> 100; "auto" -> AutoPeriod(); "auto:48" -> AutoPeriod(48); anything
+    else raises ConfigError naming the value."""
+    text = str(value).strip().lower()
+    if isinstance(value, bool):
+        text = ""
+    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?", text)
+    if match and match.group(1) and int(match.group(1)) > 0:
+        return int(match.group(1))
+    if match and not match.group(1):
+        initial = int(match.group(2)) if match.group(2) else AUTO_INITIAL_PERIOD
+        if initial > 0:
+            return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial))
+    raise ConfigError(f"--n-sync must be a positive integer, got {value!r} (or auto, or "
+                      "auto:N to start the adaptive period at N)")
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -348,6 +395,8 @@ def _coerce(name: str, value: Any) -> Any:
             return float(value)
         except ValueError:
             raise ConfigError(f"{_flag(name)} must be a number, got {value!r}") from None
+    if name == "n_sync" and isinstance(value, str) and value.strip().isdigit():
+        return int(value)  # the CLI gives strings; a YAML file gives 100 or auto
     return value
 
 

@@ -14,11 +14,18 @@ import typing
 from hvdtrain.config import TrainConfig
 
 
-def field_type(tp) -> type:
-    """int from `int | None`, and so on."""
+def field_type(tp):
+    """int from `int | None`, and so on; from `int | str`, a number or a word (--n-sync 100,
+    --n-sync auto)."""
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        kinds = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = number_or_word if set(kinds) == {int, str} else kinds[0]
     return tp
+
+
+def number_or_word(text: str) -> int | str:
+    """'100' -> 100, 'auto' -> 'auto': TrainConfig says what is wrong with either."""
+    return int(text) if text.strip().isdigit() else text
 
 
 def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:

@@ -33,6 +33,9 @@ class TrainingProgress:
     - `round_seconds`: wall time this worker's training thread spent in averaging rounds
       in this process: blocking rounds whole; overlapped ones taking their snapshot and
       waiting for the round in flight. Not kept by checkpoints: it times this process.
+    - `eval_seconds`: wall time spent evaluating within training (Keras's validation after
+      each epoch, `--eval-every`'s evaluations within epochs), so time to accuracy can
+      leave it out. Not kept by checkpoints either.
     - `own_steps`, `own_examples`: what this worker alone trained in this process.
     - `workers_in_step`: every worker takes the same steps, so the others' examples are
       known as they happen. Rounds every T seconds (`hvdtrain.timed_rounds`) clear it:
@@ -48,6 +51,7 @@ class TrainingProgress:
     broadcast_bytes: int = 0
     consensus_step: int | None = None
     round_seconds: float = 0.0
+    eval_seconds: float = 0.0
     own_steps: int = 0
     own_examples: int = 0
     workers_in_step: bool = True

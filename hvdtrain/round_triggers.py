@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from hvdtrain.averaging import is_local_sync_step, is_warm_start_end
+from hvdtrain.averaging import adacomm_period, is_local_sync_step, is_warm_start_end
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.timed_rounds import RoundTimer
 
@@ -44,6 +44,9 @@ class EveryNSteps:
 
     def restart(self) -> None:
         """Nothing to restart: the step count is the clock."""
+
+    def held(self, step: int) -> None:
+        """Nothing to note: rounds fall on multiples of the period."""
 
 
 class EveryTSeconds:
@@ -83,3 +86,64 @@ class ConsensusWanted:
         """Whether the round being held now must block; it answers for the wait it ends."""
         wanted, self.pending = self.pending, False
         return wanted
+
+
+class AdaptivePeriod:
+    """A round every `n_sync` local steps, the period set anew at each round from the
+    workers' averaged training loss by AdaComm's rule (`averaging.adacomm_period`).
+
+    The first loss learnt (the mean over the first period) is F₀. Every worker learns
+    the same mean at the same round, so all hold the same period and the same rounds.
+    """
+
+    def __init__(self, initial_period: int, minimum: int = 1, warm_start_steps: int = 0):
+        self.initial_period = initial_period
+        self.minimum = minimum
+        self.n_sync = initial_period
+        self.initial_loss: float | None = None
+        self.next_round = warm_start_steps + initial_period
+
+    def due(self, done: range) -> bool:
+        return done.stop - 1 >= self.next_round
+
+    def learn(self, mean_loss: float) -> None:
+        """The workers' mean training loss over the last period: set the period from it."""
+        if self.initial_loss is None:
+            self.initial_loss = mean_loss
+        self.n_sync = adacomm_period(mean_loss, self.initial_loss, self.initial_period,
+                                     self.minimum)
+
+    def held(self, step: int) -> None:
+        """A round of this trigger ran after completed step `step`: count the next period
+        from there."""
+        self.next_round = step + self.n_sync
+
+    def restart(self) -> None:
+        """Nothing to restart: the step count is the clock."""
+
+
+class LossSinceRound:
+    """This worker's training loss summed over its steps since the last round, from the
+    running means Keras logs (the mean over the epoch's steps so far, reset each epoch)."""
+
+    def __init__(self):
+        self.total = 0.0
+        self.steps = 0
+        self._epoch_total = 0.0  # the epoch's sum up to the last batch seen
+        self._epoch_steps = 0
+
+    def begin_epoch(self) -> None:
+        self._epoch_total, self._epoch_steps = 0.0, 0
+
+    def observe(self, last_batch: int, running_mean: float) -> None:
+        """After the batch (or execution) ending at 0-based index `last_batch` of the epoch."""
+        epoch_total = (last_batch + 1) * running_mean
+        self.total += epoch_total - self._epoch_total
+        self.steps += last_batch + 1 - self._epoch_steps
+        self._epoch_total, self._epoch_steps = epoch_total, last_batch + 1
+
+    def take(self) -> tuple[float, int]:
+        """(sum, steps) since the last take, which starts the next count."""
+        taken = (self.total, self.steps)
+        self.total, self.steps = 0.0, 0
+        return taken

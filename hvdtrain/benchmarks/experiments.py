@@ -1,12 +1,15 @@
 """`hvdtrain sweep`: Paine et al.'s (2013) experiments 2 and 3 on your model and data.
 
 A grid of real training runs, one job at a time so that wall times are honest:
-worker counts × modes (local, async) × n_sync × start. A cold start goes local from the first step; a warm
+worker counts × modes (sync, local, async) × n_sync × start. A cold start goes local from the first step; a warm
 start first trains --warm-start-steps steps synchronously (post-local SGD); a single
 start is the paper's own warm start: those steps count on one worker only, then every
 worker takes its state. One worker has no local phase, so it is one run, the
-reference. Every run is an ordinary `hvdtrain train` run folder under OUT/runs/; a
-sweep started again skips the runs that finished and resumes the one that stopped.
+reference, as is a synchronous run with more workers (--modes sync). With
+--eval-every, the table also says when each run first reached a target accuracy
+(`hvdtrain.benchmarks.time_to_accuracy`). Every run is an ordinary `hvdtrain train` run
+folder under OUT/runs/; a sweep started again skips the runs that finished and resumes
+the one that stopped.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
 from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
-from hvdtrain.config import (LOCAL_MODES, TrainConfig, load_config, parse_choice_list,
-                             parse_int_list)
+from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
+from hvdtrain.config import (LOCAL_MODES, MODES, TrainConfig, load_config, parse_choice_list,
+                             parse_int_list, parse_n_sync)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
@@ -33,14 +37,16 @@ GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "warm_start", "out", "resu
 BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIONS)
 SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
                    "averaging_rounds", "total_steps")
-COLUMNS = ("name", "workers", "mode", "n_sync", "start", "final_training_error", *SUMMARY_COLUMNS)
+TARGET_COLUMNS = ("target", "seconds_to_target", "examples_to_target", "bytes_to_target")
+COLUMNS = ("name", "workers", "mode", "n_sync", "start", "final_training_error", *SUMMARY_COLUMNS,
+           *TARGET_COLUMNS)
 
 
 @dataclass(frozen=True)
 class GridRun:
     name: str
     workers: int
-    n_sync: int | None  # None: one worker, synchronous
+    n_sync: int | str | None  # None: synchronous (one worker, or --modes sync)
     start: str
     mode: str = "local"  # or async (rounds behind training)
 
@@ -54,19 +60,22 @@ class GridRun:
         return options
 
 
-def grid(workers: list[int], n_syncs: list[int], starts: list[str],
+def grid(workers: list[int], n_syncs: list, starts: list[str],
          modes: tuple[str, ...] = ("local",)) -> list[GridRun]:
     runs = []
     for count in dict.fromkeys(workers):
         if count == 1:
             runs.append(GridRun("w1", 1, None, "cold"))
             continue
-        for mode in dict.fromkeys(modes):
+        if "sync" in modes:  # one synchronous run: it has no period and no local start
+            runs.append(GridRun(f"w{count}-sync", count, None, "cold", "sync"))
+        for mode in (m for m in dict.fromkeys(modes) if m != "sync"):
             # Local runs keep the names of sweeps made before async existed.
             tag = "" if mode == "local" else f"{mode}-"
             for n_sync in dict.fromkeys(n_syncs):
                 for start in dict.fromkeys(starts):
-                    runs.append(GridRun(f"w{count}-{tag}n{n_sync}-{start}", count, n_sync,
+                    period = str(n_sync).replace(":", "")  # auto:48 -> auto48 in a name
+                    runs.append(GridRun(f"w{count}-{tag}n{period}-{start}", count, n_sync,
                                         start, mode))
     return runs
 
@@ -80,10 +89,18 @@ def add_parser(commands) -> None:
     parser.add_argument("--out", required=True, help="sweep folder: runs/, logs, tables, plots")
     parser.add_argument("--workers", default="1,2", help="worker counts (default: 1,2)")
     parser.add_argument("--n-sync", default="1,10,100,600",
-                        help="local-SGD periods for more than one worker (default: 1,10,100,600)")
+                        help="local-SGD periods for more than one worker: numbers, or auto "
+                             "(auto:N), the adaptive period (default: 1,10,100,600)")
     parser.add_argument("--modes", default="local",
-                        help="local, async (rounds behind training) or both, for more than one "
-                             "worker (default: local)")
+                        help="any of sync (one synchronous run per worker count), local and "
+                             "async (rounds behind training), for more than one worker "
+                             "(default: local)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="test accuracy to reach (0.88): the table gives the training "
+                             "seconds, examples and bytes each run needed to first reach it "
+                             "(evaluations come from --eval-every, and the final one) "
+                             "(default: the synchronous run's final accuracy minus one point, "
+                             "per worker count; the one-worker run's without one)")
     parser.add_argument("--start", default="cold,warm",
                         help="any of cold (local from the first step), warm (synchronous "
                              "steps first) and single (one worker's steps first, as in the "
@@ -130,8 +147,10 @@ def run(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in BASE_OPTIONS if hasattr(args, name)}
     base = load_config(args.config, overrides)
     starts = parse_choice_list(args.start, "--start", STARTS)
-    runs = grid(parse_int_list(args.workers, "--workers"), parse_int_list(args.n_sync, "--n-sync"),
-                starts, tuple(parse_choice_list(args.modes, "--modes", LOCAL_MODES)))
+    runs = grid(parse_int_list(args.workers, "--workers"), parse_period_list(args.n_sync),
+                starts, tuple(parse_choice_list(args.modes, "--modes", MODES)))
+    if args.target is not None and not 0 < args.target <= 1:
+        raise ConfigError(f"--target must be an accuracy in (0, 1], got {args.target}")
     if args.window <= 0:
         raise ConfigError(f"--window must be a positive number of minibatches, got {args.window}")
     if set(starts) & set(WARM_START_OF) and args.warm_start_steps <= 0:
@@ -158,23 +177,56 @@ def run(args: argparse.Namespace) -> int:
             if result.returncode != 0:
                 raise _failure(grid_run, result.returncode, log_path)
         rows.append(_row(grid_run, run_dir, args.window))
+    add_time_to_target(rows, [os.path.join(args.out, "runs", r.name) for r in runs], args.target)
 
     files.write_json(os.path.join(args.out, "sweep.json"),
                           {"base_config": base.to_dict(), "window": args.window,
                            "link_rate": args.link_rate,
                            "warm_start_steps": args.warm_start_steps, "runs": rows})
     files.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
-    plot_runs([os.path.join(args.out, "runs", r.name) for r in runs], args.out, args.window)
+    targets = {row["target"] for row in rows if row["workers"] > 1 and row["target"] != ""}
+    plot_runs([os.path.join(args.out, "runs", r.name) for r in runs], args.out, args.window,
+              targets.pop() if len(targets) == 1 else None)
     print(format_table(rows, args.window))
     print(f"hvdtrain: wrote sweep.json, sweep.csv and the plots in {args.out}", flush=True)
     return 0
 
 
+def parse_period_list(text: str) -> list[int | str]:
+    """'10,50,auto' -> [10, 50, 'auto']: each a --n-sync that `hvdtrain train` takes."""
+    values = [part.strip() for part in str(text).split(",")]
+    try:
+        for value in values:
+            parse_n_sync(value)
+    except ConfigError:
+        raise ConfigError(f"--n-sync must be positive integers or auto (auto:N) separated by "
+                          f"commas, got {text!r}") from None
+    return [int(v) if v.isdigit() else v for v in values]
+
+
+def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:
+    """Each row gains the target and when its run first reached it."""
+    finals = {(r["workers"], r["mode"]): r["test_accuracy"] for r in rows
+              if r["mode"] == "sync"}
+    targets = default_targets(finals)
+    for row, run_dir in zip(rows, run_dirs):
+        goal = target if target is not None else targets.get(row["workers"])
+        row.update(target_row(load_points(run_dir), goal))
+
+
+def _or_dash(value, form: str) -> str:
+    return "–" if value == "" else format(value, form)
+
+
 def format_table(rows: list[dict], window: int) -> str:
     lines = [f"| run | workers | n_sync | start | test accuracy | training error (last {window}) | "
-             "wall s | MB allreduced |", "|" + "---|" * 8]
+             "wall s | MB allreduced | target | s to target | examples to target | "
+             "MB to target |", "|" + "---|" * 12]
     for r in rows:
+        mb_to_target = "" if r["bytes_to_target"] == "" else r["bytes_to_target"] / 1e6
         lines.append(f"| {r['name']} | {r['workers']} | {r['n_sync'] or '–'} | {r['start']} | "
                      f"{r['test_accuracy']:.2%} | {r['final_training_error']:.2%} | "
-                     f"{r['wall_seconds']:.0f} | {r['bytes_allreduced'] / 1e6:.1f} |")
+                     f"{r['wall_seconds']:.0f} | {r['bytes_allreduced'] / 1e6:.1f} | "
+                     f"{_or_dash(r['target'], '.2%')} | {_or_dash(r['seconds_to_target'], '.0f')} | "
+                     f"{_or_dash(r['examples_to_target'], 'd')} | {_or_dash(mb_to_target, '.1f')} |")
     return "\n".join(lines)

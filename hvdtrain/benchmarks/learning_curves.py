@@ -1,11 +1,13 @@
-"""`hvdtrain plot`: training-error curves of runs, smoothed as in Paine et al. (2013).
+"""`hvdtrain plot`: training-error and test-accuracy curves of runs.
 
 Reads each run folder's steps.jsonl (every step's minibatch error) and config.yaml,
 smooths the error with a sliding mean over `window` minibatches (the paper used
 400), and draws it against steps and against wall time. Cold, warm (synchronous) and
 single (one-worker) starts get a panel each; a one-worker run, which has no local
-phase, appears in every panel as the reference. Every PNG comes with the CSV table
-it was drawn from.
+phase, appears in every panel as the reference. Test accuracy is drawn against wall
+time, one line per run, from the evaluations `--eval-every` logs and the final one
+(`hvdtrain.benchmarks.time_to_accuracy`). Every PNG comes with the CSV table it was
+drawn from.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from hvdtrain.benchmarks.time_to_accuracy import accuracy_rows, draw_accuracy, load_points
 from hvdtrain.config import LOCAL_MODES
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.stats import sliding_mean
@@ -41,7 +44,7 @@ class Curve:
     name: str
     workers: int
     mode: str
-    n_sync: int
+    n_sync: int | str  # or "auto"
     warm_start_steps: int
     warm_start: str = "sync"
     step: list[int] = field(default_factory=list)
@@ -63,6 +66,11 @@ class Curve:
             self.mode, "sync")
         return f"{self.workers} workers, {what}"
 
+    @property
+    def long_label(self) -> str:
+        """The label, and how the run started when that was not cold."""
+        return self.label if self.start == "cold" else f"{self.label}, {self.start} start"
+
 
 def load_curve(run_dir: str) -> Curve:
     """A run folder's curve; DataError naming the folder if it has none."""
@@ -80,7 +88,7 @@ def load_curve(run_dir: str) -> Curve:
         workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
     local = config.get("mode") in LOCAL_MODES
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
-                  config.get("mode", "sync"), int(config.get("n_sync", 1)),
+                  config.get("mode", "sync"), _period(config.get("n_sync", 1)),
                   int(config.get("warm_start_steps", 0)) if local else 0,
                   str(config.get("warm_start", "sync")))
     # An elastic job that lost a worker right after writing some steps runs them again:
@@ -102,6 +110,11 @@ def load_curve(run_dir: str) -> Curve:
     if not curve.step:
         raise DataError(f"{steps_path} holds no steps")
     return curve
+
+
+def _period(value) -> int | str:
+    """A config's n_sync: a number, or a word such as auto."""
+    return int(value) if str(value).isdigit() else str(value)
 
 
 def _last_record(path: str) -> dict:
@@ -164,7 +177,9 @@ def smoothed_rows(curves: list[Curve], window: int, axis: str) -> list[dict]:
 
 
 def _sort_key(curve: Curve):
-    return (curve.workers, curve.mode != "sync", curve.n_sync, curve.mode == "async",
+    # Numbers before words (auto), so the periods sort without comparing the two.
+    period = (0, curve.n_sync, "") if isinstance(curve.n_sync, int) else (1, 0, curve.n_sync)
+    return (curve.workers, curve.mode != "sync", period, curve.mode == "async",
             STARTS.index(curve.start))
 
 
@@ -198,8 +213,23 @@ def draw(curves: list[Curve], window: int, axis: str, path: str) -> None:
     plt.close(fig)
 
 
-def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW) -> list[str]:
-    """Both plots and their tables for these run folders; returns the files written."""
+def plot_accuracy(curves: list[Curve], folders: list[str], out: str,
+                  target: float | None = None) -> list[str]:
+    """Test accuracy against wall time, one line per run; returns the files written."""
+    by_name = {os.path.basename(os.path.normpath(f)): f for f in folders}
+    lines = {c.long_label: load_points(by_name[c.name]) for c in sorted(curves, key=_sort_key)}
+    lines = {label: points for label, points in lines.items() if points}
+    if not lines:
+        return []
+    stem = os.path.join(out, "test_accuracy_vs_time")
+    files.write_csv(stem + ".csv", accuracy_rows(lines))
+    draw_accuracy(lines, stem + ".png", target)
+    return [stem + ".png", stem + ".csv"]
+
+
+def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW,
+              target: float | None = None) -> list[str]:
+    """The plots and their tables for these run folders; returns the files written."""
     if window <= 0:
         raise ConfigError(f"--window must be a positive number of minibatches, got {window}")
     curves = [load_curve(folder) for folder in folders]
@@ -210,7 +240,7 @@ def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW) -> list[
         files.write_csv(stem + ".csv", smoothed_rows(sorted(curves, key=_sort_key), window, axis))
         draw(curves, window, axis, stem + ".png")
         written += [stem + ".png", stem + ".csv"]
-    return written
+    return written + plot_accuracy(curves, folders, out, target)
 
 
 def add_parser(commands) -> None:

@@ -65,6 +65,8 @@ class AverageModelStatistics(keras.callbacks.Callback):
 
     # No outer optimizer in sync mode: nothing beyond the model for a checkpoint to keep.
     outer_state: list = []
+    # Steps between two exchanges: gradients are averaged every step.
+    period = 1
 
     def attach(self, model: keras.Model) -> ModelStateAverager:
         if self.averager is None:
@@ -83,6 +85,10 @@ class AverageModelStatistics(keras.callbacks.Callback):
             if self.progress is not None:
                 self.progress.state_bytes += self.averager.bytes_per_round
         self._pending = False
+
+    def reach_consensus(self) -> None:
+        """Average the statistics now unless no step has changed them since the last time."""
+        self._average_pending()
 
     def on_test_begin(self, logs=None):
         self._average_pending()

@@ -33,7 +33,9 @@ from typing import Callable, Sequence
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
+from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS, AutoPeriod, parse_n_sync
+from hvdtrain.errors import ConfigError
+from hvdtrain.keras.adaptive_rounds import REPORT_BYTES, REPORT_LENGTH, AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
@@ -41,7 +43,8 @@ from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optim
                                   build_optimizer)
 from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.progress import TrainingProgress, executed_steps
-from hvdtrain.round_triggers import ConsensusWanted, EveryNSteps, EveryTSeconds, WarmStartEnd
+from hvdtrain.round_triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
+                                     EveryTSeconds, WarmStartEnd)
 from hvdtrain.timed_rounds import RoundTimer
 
 
@@ -49,7 +52,10 @@ class LocalSGD(keras.callbacks.Callback):
     """Average the workers' weights every `n_sync` steps instead of every step.
 
     Args:
-      n_sync: local steps between two averaging rounds (or give `sync_seconds`).
+      n_sync: local steps between two averaging rounds (or give `sync_seconds`); "auto"
+        (or "auto:N") sets the period anew at every round from the workers' averaged
+        training loss since the last one, by AdaComm's rule ⌈√(F / F₀) · τ₀⌉ with τ₀ = 32
+        (or N) and F₀ the first period's loss, never below 2 (`adaptive_rounds`).
       warm_start_steps: steps trained before going local, as `warm_start` says.
       warm_start: "sync": gradients are averaged every step of the warm start
         (post-local SGD, Lin et al. 2018); needs an optimizer made by
@@ -88,7 +94,8 @@ class LocalSGD(keras.callbacks.Callback):
         this one advances it (hvdtrain's trainer does); by default this callback
         keeps its own step count.
 
-    Epoch logs gain `averaging_rounds` (rounds so far) and `divergence` (mean L2
+    Epoch logs gain `averaging_rounds` (rounds so far), `n_sync` (the period in force, unless
+    rounds come every T seconds) and `divergence` (mean L2
     distance of a worker's weights from the average just before each local round
     this epoch; an overlapped round gives this worker's own distance, which
     `MetricAverage` then averages). Batch logs gain `round_seconds`: this worker's
@@ -101,7 +108,7 @@ class LocalSGD(keras.callbacks.Callback):
     its step falls. The warm start's end must then fall on an execution boundary.
     """
 
-    def __init__(self, n_sync: int | None = None, warm_start_steps: int = 0,
+    def __init__(self, n_sync: int | str | None = None, warm_start_steps: int = 0,
                  average_bn_stats: bool = True,
                  average_optimizer_state: bool = False, outer_optimizer: str = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
@@ -114,7 +121,11 @@ class LocalSGD(keras.callbacks.Callback):
         super().__init__()
         if n_sync is None and sync_seconds is None:
             raise ValueError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
-        _check_arguments(n_sync or 1, warm_start_steps, warm_start, outer_optimizer)
+        period = _period(n_sync) if n_sync is not None else None
+        if isinstance(period, AutoPeriod) and sync_seconds is not None:
+            raise ValueError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
+                             f"and sync_seconds={sync_seconds!r}")
+        _check_arguments(warm_start_steps, warm_start, outer_optimizer)
         if overlap and outer_optimizer != "none":
             raise ValueError(f"LocalSGD(overlap=True) takes the plain average, got "
                              f"outer_optimizer={outer_optimizer!r}")
@@ -135,8 +146,10 @@ class LocalSGD(keras.callbacks.Callback):
         # When rounds fall due, one object per policy (hvdtrain.round_triggers).
         self.warm = WarmStartEnd(warm_start_steps)
         self.timed = TimedEpochs(self.progress, batch_size) if sync_seconds is not None else None
-        self.trigger = (EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
-                        if sync_seconds is not None else EveryNSteps(n_sync, warm_start_steps))
+        self.adaptive = AdaptiveRounds(AdaptivePeriod(
+            period.initial, period.minimum, warm_start_steps)) if isinstance(
+                period, AutoPeriod) else None
+        self.trigger = self._make_trigger(period, sync_seconds, clock)
         self.consensus = ConsensusWanted(consensus_every)
         self.initial_state = InitialState()
         self.averager: ModelStateAverager | None = None
@@ -153,6 +166,18 @@ class LocalSGD(keras.callbacks.Callback):
         """Averaging rounds so far (the warm start's hand-over and epoch ends included)."""
         return self.progress.averaging_rounds
 
+    def _make_trigger(self, period, sync_seconds, clock):
+        if self.adaptive is not None:
+            return self.adaptive.trigger
+        if sync_seconds is not None:
+            return EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
+        return EveryNSteps(period, self.warm.steps)
+
+    @property
+    def period(self) -> int | None:
+        """Local steps between two rounds now (None when rounds come every T seconds)."""
+        return getattr(self.trigger, "n_sync", None)
+
     @property
     def outer_state(self) -> list:
         """The outer optimizer's momentum buffers: state a checkpoint must keep (after `attach`)."""
@@ -168,9 +193,16 @@ class LocalSGD(keras.callbacks.Callback):
                 optimizer_state=self.average_optimizer_state, outer=self.outer,
                 fp16_allreduce=self.fp16_allreduce)
             if self.overlap:
-                self._overlapped = OverlappedRounds(self.averager,
-                                                    reports=self.timed is not None)
+                self._overlapped = OverlappedRounds(self.averager, self._report_length())
         return self.averager
+
+    def _report_length(self):
+        """What a worker's report to an overlapped round holds, if rounds carry one."""
+        if self.timed is not None:
+            return lambda: comm.size() + 1  # hvdtrain.timed_rounds' counts
+        if self.adaptive is not None:
+            return lambda: REPORT_LENGTH
+        return None
 
     # --- Keras hooks ---
 
@@ -201,6 +233,8 @@ class LocalSGD(keras.callbacks.Callback):
         if self.timed is not None:
             _check_one_epoch_per_fit(epoch, self.params.get("epochs", epoch + 1))
             self.timed.begin_epoch()
+        if self.adaptive is not None:
+            self.adaptive.loss.begin_epoch()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
@@ -211,6 +245,8 @@ class LocalSGD(keras.callbacks.Callback):
             self.progress.advance(steps, self.batch_size or 0, comm.size())
         done = range(self.progress.steps - steps + 1, self.progress.steps + 1)
         self.consensus.note(done)
+        if self.adaptive is not None:
+            self.adaptive.observe(batch, logs)
         if self.warm.due(done):
             self._end_warm_start()
         elif self.trigger.due(done):
@@ -221,6 +257,11 @@ class LocalSGD(keras.callbacks.Callback):
             logs["round_seconds"] = self.progress.round_seconds
 
     def on_test_begin(self, logs=None):
+        self._sync_pending()
+
+    def reach_consensus(self) -> None:
+        """Make every worker hold the same state now, e.g. before an evaluation within an
+        epoch (a blocking round unless they already do); a collective call."""
         self._sync_pending()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -236,6 +277,8 @@ class LocalSGD(keras.callbacks.Callback):
             logs["averaging_rounds"] = self.rounds
             distances = self._epoch_distances
             logs["divergence"] = sum(distances) / len(distances) if distances else 0.0
+            if self.period is not None:
+                logs["n_sync"] = self.period  # in force now: it changes with n_sync="auto"
         self._epoch_distances = []
 
     def on_train_end(self, logs=None):
@@ -265,6 +308,8 @@ class LocalSGD(keras.callbacks.Callback):
             averaging_optimizer(self.model.optimizer).averaging_enabled.assign(False)
         with self._timing_rounds():
             self._blocking_round(warm_start=True)
+        if self.adaptive is not None:
+            self.adaptive.loss.take()  # F₀ is the first local period's loss
         if self.timed is not None:
             self.timed.begin(self._optimizer_step(), in_step=False)
         self.trigger.restart()
@@ -278,6 +323,9 @@ class LocalSGD(keras.callbacks.Callback):
             else:
                 self._finish_overlapped()
                 self._blocking_round(warm_start=False)
+                if self.adaptive is not None:
+                    self.progress.state_bytes += self.adaptive.exchange_and_learn()
+        self.trigger.held(self.progress.steps)
 
     def _timed_round(self) -> None:
         """A round because T seconds have passed: blocking, or overlapped unless the epoch
@@ -309,15 +357,20 @@ class LocalSGD(keras.callbacks.Callback):
         """Apply the round in flight, then start the next one from the state that gives;
         the workers are not in consensus until a blocking round."""
         self._finish_overlapped()
-        self._overlapped.start(self.progress.steps)
+        report = self.adaptive.report() if self.adaptive is not None else None
+        self._overlapped.start(self.progress.steps, report)
         self._count_round()
+        if report is not None and self._overlapped.in_flight:
+            self.progress.state_bytes += REPORT_BYTES
 
     def _finish_overlapped(self) -> None:
         finished = self._overlapped.finish() if self._overlapped is not None else None
         if finished is not None:
             self._epoch_distances.append(finished.distance)
-            if finished.report is not None:
+            if finished.report is not None and self.timed is not None:
                 self._follow_job_step(self.timed.learn(finished.report))
+            elif finished.report is not None:
+                self.adaptive.learn(finished.report)
 
     def _sync_pending(self) -> None:
         """One blocking round unless the workers already agree (a round in flight is
@@ -363,9 +416,15 @@ class LocalSGD(keras.callbacks.Callback):
         self.timed.stopped = True
 
 
-def _check_arguments(n_sync, warm_start_steps, warm_start: str, outer_optimizer: str) -> None:
-    if isinstance(n_sync, bool) or not isinstance(n_sync, int) or n_sync <= 0:
-        raise ValueError(f"n_sync must be a positive integer, got {n_sync!r}")
+def _period(n_sync) -> int | AutoPeriod:
+    try:
+        return parse_n_sync(n_sync)
+    except ConfigError:
+        raise ValueError(f"n_sync must be a positive integer, \"auto\" or \"auto:N\", "
+                         f"got {n_sync!r}") from None
+
+
+def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) -> None:
     if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
             or warm_start_steps < 0:
         raise ValueError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -44,13 +45,17 @@ class FinishedRound:
 class OverlappedRounds:
     """At most one averaging round in flight for `averager`'s variables."""
 
-    def __init__(self, averager: ModelStateAverager, reports: bool = False):
-        """`reports`: every round also sums the workers' `hvdtrain.timed_rounds` reports."""
+    def __init__(self, averager: ModelStateAverager,
+                 report_length: Callable[[], int] | None = None):
+        """`report_length`: every round also sums a float64 report of this length from each
+        worker (`hvdtrain.timed_rounds`' counts, or the adaptive period's training loss);
+        asked when the round is traced, since it may depend on the number of workers."""
         if averager.outer is not None:
             raise ValueError("overlapped rounds take the plain average: an outer optimizer "
                              "(SlowMo, Nesterov) needs every worker at the round's result")
         self.averager = averager
-        self.reports = reports
+        self.report_length = report_length
+        self.reports = report_length is not None
         self.started_at: int | None = None  # the step the round in flight started after
         self._pool: ThreadPoolExecutor | None = None
         self._snapshot: list[tf.Tensor] | None = None
@@ -71,7 +76,7 @@ class OverlappedRounds:
             signature = [[tf.TensorSpec(v.shape, tf.as_dtype(v.dtype))
                           for v in self.averager.variables]]
             if self.reports:
-                signature.append(tf.TensorSpec([comm.size() + 1], tf.float64))
+                signature.append(tf.TensorSpec([self.report_length()], tf.float64))
             self._round_fn = tf.function(self._mean_and_distance, input_signature=signature)
             self._round_fn.get_concrete_function()
 

@@ -3,7 +3,8 @@
 Order, for every `fit` of the run:
   1. `CountProgress`: the progress every later callback reads;
   2. the state callbacks: the initial broadcast (sync mode) and `LocalSGD` or
-     `AverageModelStatistics`, so later ones see the consensus model;
+     `AverageModelStatistics`, so later ones see the consensus model; then the
+     evaluations within epochs (`--eval-every`), which ask it for consensus first;
   3. throughput, then `MetricAverage` (which averages what came before it), the
      finite-loss guard and the step log, then the user's extra callbacks;
   4. rank 0 only: progress lines within an epoch, the metrics log, TensorBoard and
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import keras
+import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval
@@ -28,6 +31,7 @@ from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, CountProgress, ElasticCommit,
                                          FiniteLossGuard, MetricsLog, StepLog, ThroughputMeter)
 from hvdtrain.training.checkpoints import CheckpointStore
+from hvdtrain.training.periodic_eval import PeriodicEvaluation
 from hvdtrain.training.progress_log import ProgressLog
 from hvdtrain.training.watchdog import StepWatchdog
 
@@ -53,14 +57,21 @@ class RunCallbacks:
 
 def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: TrainingProgress,
                   state_sync: keras.callbacks.Callback, checkpointer: Checkpointer,
-                  extra: tuple[keras.callbacks.Callback, ...] = ()) -> RunCallbacks:
+                  extra: tuple[keras.callbacks.Callback, ...] = (),
+                  test_data: Callable[[], tf.data.Dataset] | None = None) -> RunCallbacks:
+    """`test_data`: this worker's part of the test split, for `--eval-every`."""
     throughput = ThroughputMeter(progress)
     one_worker_warm_start = cfg.mode in LOCAL_MODES and cfg.warm_start == "single"
     step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start_time, progress,
                        chief_only_steps=cfg.warm_start_steps if one_worker_warm_start else 0,
                        per_worker=cfg.sync_seconds is not None)
     broadcast = [BroadcastInitialState(progress=progress)] if cfg.mode == "sync" else []
-    every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, throughput,
+    evaluation = PeriodicEvaluation(cfg.eval_every if test_data else 0, test_data, state_sync,
+                                    progress, start_time,
+                                    os.path.join(run_dir, run_folder.METRICS),
+                                    cfg.fp16_allreduce)
+    every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, evaluation,
+                  throughput,
                   MetricAverage(), FiniteLossGuard(progress, checkpointer.store), step_log,
                   *extra]
     progress_log = [ProgressLog(progress, cfg.epochs, cfg.log_every)] if cfg.log_every else []

@@ -62,14 +62,18 @@ class ThroughputMeter(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self._first_examples = None
         self._start = self._end = None
+        self._eval_start = self._eval_end = 0.0
 
     def on_train_batch_end(self, batch, logs=None):
         if self._start is None:
             self._start, self._first_examples = time.perf_counter(), self.progress.examples
+            self._eval_start = self.progress.eval_seconds
         self._end = time.perf_counter()
+        self._eval_end = self.progress.eval_seconds  # --eval-every's evaluations are no training
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = (self._end - self._start) if self._start is not None else 0.0
+        seconds = (self._end - self._start - (self._eval_end - self._eval_start)
+                   if self._start is not None else 0.0)
         images = self.progress.examples - self._first_examples if self._start is not None else 0
         self.timed_images += images
         self.timed_seconds += seconds
@@ -104,6 +108,7 @@ class MetricsLog(keras.callbacks.Callback):
             examples=self.progress.examples,
             lr=float(current_learning_rate(self.model.optimizer).numpy()),
             wall_seconds=time.time() - self.start_time,
+            train_seconds=time.time() - self.start_time - self.progress.eval_seconds,
             workers=comm.size(),
             steps_per_worker=self.progress.steps_by_worker(comm.size()),
         )

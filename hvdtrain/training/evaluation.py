@@ -1,4 +1,4 @@
-"""The test-split evaluation at the end of a run, and naming the input a decode error came from."""
+"""The test-split evaluation (at the end of a run, and within epochs), and naming the input a decode error came from."""
 
 from __future__ import annotations
 
@@ -26,22 +26,42 @@ def naming_bad_input(data: DataSource, rank: int, workers: int):
         raise DataError(problem) from exc
 
 
+class TestEvaluation:
+    """Loss and accuracy of `model` over a test split, traced once and reused: the periodic
+    evaluations within epochs (`--eval-every`) would otherwise trace again every time."""
+
+    def __init__(self, model: keras.Model):
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+
+        @tf.function(autograph=False)  # no Python control flow to convert
+        def batch_totals(images, labels):
+            logits = tf.cast(model(images, training=False), tf.float32)
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
+                                                     tf.cast(labels, tf.int32)), tf.float64))
+            return tf.stack([tf.cast(loss_fn(labels, logits), tf.float64), correct,
+                             tf.cast(tf.shape(labels)[0], tf.float64)])
+
+        self._batch_totals = batch_totals
+
+    def __call__(self, test_ds: tf.data.Dataset, name: str = "evaluation") -> tuple[float, float]:
+        """Each worker its shard, summed exactly over workers; a collective call."""
+        local = tf.zeros(3, tf.float64)
+        for images, labels in test_ds:
+            local += self._batch_totals(images, labels)
+        loss_sum, correct, count = comm.total([local], name=name)[0].numpy()
+        if count == 0:
+            raise DataError("the test split is empty")
+        return float(loss_sum / count), float(correct / count)
+
+
 def evaluate(model: keras.Model, test_ds: tf.data.Dataset) -> tuple[float, float]:
     """Loss and accuracy over the whole test split: each worker its shard, summed exactly."""
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    return TestEvaluation(model)(test_ds)
 
-    @tf.function(autograph=False)  # no Python control flow to convert
-    def batch_totals(images, labels):
-        logits = tf.cast(model(images, training=False), tf.float32)
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
-                                                 tf.cast(labels, tf.int32)), tf.float64))
-        return tf.stack([tf.cast(loss_fn(labels, logits), tf.float64), correct,
-                         tf.cast(tf.shape(labels)[0], tf.float64)])
 
-    local = tf.zeros(3, tf.float64)
-    for images, labels in test_ds:
-        local += batch_totals(images, labels)
-    loss_sum, correct, count = comm.total([local], name="evaluation")[0].numpy()
-    if count == 0:
-        raise DataError("the test split is empty")
-    return float(loss_sum / count), float(correct / count)
+def first_part(test_ds: tf.data.Dataset, examples: int | None, workers: int) -> tf.data.Dataset:
+    """A fixed part of a worker's test shard: its first ceil(examples / workers), so the
+    workers together evaluate about `examples` (all of the shard when None)."""
+    if examples is None:
+        return test_ds
+    return test_ds.unbatch().take(-(-examples // workers)).batch(EVAL_BATCH)

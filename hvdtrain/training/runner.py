@@ -29,7 +29,7 @@ from hvdtrain.training import run_folder
 from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_variables,
                                      state_callback, use_world)
 from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make_checkpointer
-from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, naming_bad_input
+from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, naming_bad_input
 from hvdtrain.training.resume import (ResumePlan, load_initial_weights, on_chief, plan_resume,
                                       restore_on_chief)
 from hvdtrain.training.summary import run_summary
@@ -129,7 +129,7 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, star
     state = checkpoint_state(model, state_sync)
     checkpointer = make_checkpointer(cfg, cfg.out, state, progress)
     callbacks = get_callbacks(cfg, cfg.out, start, progress, state_sync, checkpointer,
-                              extra_callbacks)
+                              extra_callbacks, lambda: _eval_data(cfg, data))
     run = Run(cfg, data, progress, world, model, state_sync, callbacks, start, progress.steps)
     if plan.checkpoint:
         restore_on_chief(plan, state, cfg)
@@ -143,6 +143,12 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, star
         files.atomic_write(os.path.join(cfg.out, run_folder.CONFIG), cfg.save_yaml)
         run_folder.truncate_logs(cfg.out, progress.examples)
     return run
+
+
+def _eval_data(cfg: TrainConfig, data: DataSource):
+    """This worker's part of what `--eval-every` evaluates, for the current workers."""
+    return first_part(data.test(comm.rank(), comm.size(), EVAL_BATCH), cfg.eval_examples,
+                      comm.size())
 
 
 def _fit(run: Run, verbose: int | None) -> None:

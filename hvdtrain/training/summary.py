@@ -26,18 +26,26 @@ def round_schedule(cfg: TrainConfig) -> dict[str, float]:
     return {"n_sync": cfg.n_sync}
 
 
+def allreduced_bytes(model: keras.Model, progress: TrainingProgress, fp16: bool) -> int:
+    """What this worker has handed to allreduce so far: gradients on averaged steps, model
+    state in averaging rounds (none in rounds held with one worker)."""
+    gradient_steps = int(model.optimizer.averaged_steps.numpy())
+    return gradient_steps * variable_bytes(model.trainable_variables, fp16) + progress.state_bytes
+
+
 def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: TrainingProgress,
                 images_per_sec: float, history: dict[str, list[float]], resumed_from_step: int,
                 train_seconds: float, test_loss: float, test_accuracy: float) -> dict[str, Any]:
     """The summary of a run; a collective call (throughput is averaged over workers)."""
     gradient_steps = int(model.optimizer.averaged_steps.numpy())
-    gradient_bytes = variable_bytes(model.trainable_variables, cfg.fp16_allreduce)
     return {
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
         # Every worker timed the job's rate; their mean is the job's.
         "images_per_sec": comm.average_scalars({"v": images_per_sec}, name="final_throughput")["v"],
         "wall_seconds": train_seconds,
+        # Of which evaluating: Keras's after each epoch and --eval-every's within them.
+        "eval_seconds": progress.eval_seconds,
         "workers": world.workers,
         "mode": cfg.mode,
         "model": cfg.model,
@@ -65,7 +73,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "round_seconds": progress.round_seconds,
         # What this worker handed to allreduce: gradients on averaged steps, model state
         # in averaging rounds (none in rounds held with one worker).
-        "bytes_allreduced": gradient_steps * gradient_bytes + progress.state_bytes,
+        "bytes_allreduced": allreduced_bytes(model, progress, cfg.fp16_allreduce),
         # Rank 0's whole state, broadcast when a set of workers starts (not per fit).
         "bytes_broadcast": progress.broadcast_bytes,
         "final_train_loss": float(history["loss"][-1]) if history else float("nan"),

@@ -1,0 +1,99 @@
+"""--n-sync auto: AdaComm's rule, the trigger that applies it, and the loss it learns from."""
+
+import math
+
+import pytest
+
+from hvdtrain.averaging import adacomm_period
+from hvdtrain.config import AUTO_INITIAL_PERIOD, AutoPeriod, load_config, parse_n_sync
+from hvdtrain.errors import ConfigError
+from hvdtrain.round_triggers import AdaptivePeriod, LossSinceRound
+
+
+@pytest.mark.parametrize("loss, initial, tau0, minimum, expected", [
+    (2.0, 2.0, 32, 1, 32),       # no progress yet: the first period
+    (0.5, 2.0, 32, 1, 16),       # a quarter of the loss: half the period
+    (0.09, 1.0, 10, 1, 3),       # √0.09 · 10 is 3, not 3.0000000000000004 rounded up
+    (0.1, 1.0, 10, 1, 4),        # √0.1 · 10 = 3.16: rounded up
+    (0.001, 2.0, 32, 2, 2),      # never below the minimum
+    (0.0, 2.0, 32, 1, 1),
+    (5.0, 2.0, 32, 1, 32),       # an early spike does not lengthen the period
+    (math.nan, 2.0, 32, 1, 32),  # a bad loss keeps the first period
+    (1.0, 0.0, 32, 1, 32),       # so does a first loss of zero
+])
+def test_adacomm_period_shrinks_with_the_square_root_of_the_loss(loss, initial, tau0,
+                                                                 minimum, expected):
+    assert adacomm_period(loss, initial, tau0, minimum) == expected
+
+
+def _rounds(trigger, losses, last=60):
+    """Steps at which `trigger` holds a round, learning the next loss at each."""
+    held, losses = [], iter(losses)
+    for step in range(1, last + 1):
+        if trigger.due(range(step, step + 1)):
+            trigger.learn(next(losses))
+            trigger.held(step)
+            held.append((step, trigger.n_sync))
+    return held
+
+
+def test_the_first_loss_is_f0_and_each_round_sets_the_next_period():
+    trigger = AdaptivePeriod(16, minimum=2, warm_start_steps=4)
+    # F0 = 4: then a quarter (period 8), a sixteenth (4), then tiny (the minimum, 2).
+    assert _rounds(trigger, [4.0, 1.0, 0.25, 0.0001, 0.0001, 0.0001], last=40) == [
+        (20, 16), (36, 8)]
+    trigger = AdaptivePeriod(8, minimum=2)
+    assert _rounds(trigger, [4.0, 1.0, 0.25, 0.0001, 0.0001], last=22) == [
+        (8, 8), (16, 4), (20, 2), (22, 2)]
+
+
+def test_a_round_falls_due_within_an_execution_of_several_steps():
+    trigger = AdaptivePeriod(5)
+    assert not trigger.due(range(1, 5)) and trigger.due(range(5, 9))
+
+
+def test_the_loss_since_a_round_comes_from_kerass_running_means():
+    losses = LossSinceRound()
+    # Minibatch losses 4, 2, 3 | 1, 5 (new epoch), as running means.
+    for batch, mean in enumerate([4.0, 3.0, 3.0]):
+        losses.observe(batch, mean)
+    assert losses.take() == pytest.approx((9.0, 3))
+    losses.begin_epoch()
+    losses.observe(1, 3.0)  # an execution of two steps: one call for both
+    assert losses.take() == pytest.approx((6.0, 2))
+    assert losses.take() == (0.0, 0)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (100, 100), ("100", 100), ("auto", AutoPeriod()), ("AUTO:48", AutoPeriod(48, 2)),
+    ("auto:1", AutoPeriod(1, 1)),
+])
+def test_n_sync_takes_a_number_or_auto(value, expected):
+    assert parse_n_sync(value) == expected
+    assert AutoPeriod().initial == AUTO_INITIAL_PERIOD
+
+
+@pytest.mark.parametrize("value", [0, "0", -3, 2.5, "often", "auto:0", "auto:", True])
+def test_a_bad_n_sync_is_named_in_one_line(value):
+    with pytest.raises(ConfigError, match="--n-sync must be a positive integer, got"):
+        load_config(None, {"mode": "local", "n_sync": value})
+
+
+def test_the_cli_passes_auto_and_numbers_through():
+    from hvdtrain.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--mode", "local", "--n-sync", "auto"])
+    assert load_config(None, {"mode": args.mode, "n_sync": args.n_sync}).n_sync == "auto"
+    args = build_parser().parse_args(["train", "--n-sync", "7"])
+    assert args.n_sync == 7
+
+
+def test_local_sgd_takes_auto_and_names_a_bad_period():
+    from hvdtrain.keras.local_sgd import LocalSGD
+
+    callback = LocalSGD(n_sync="auto:12", warm_start_steps=3)
+    assert callback.period == 12 and callback.trigger.next_round == 15
+    with pytest.raises(ValueError, match="n_sync must be a positive integer"):
+        LocalSGD(n_sync=0)
+    with pytest.raises(ValueError, match="takes n_sync or sync_seconds"):
+        LocalSGD(n_sync="auto", sync_seconds=2.0, batch_size=4, epoch_examples=10)
