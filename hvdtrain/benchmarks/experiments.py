@@ -23,7 +23,7 @@ from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
-from hvdtrain.config import (LOCAL_MODES, MODES, TrainConfig, load_config, parse_choice_list,
+from hvdtrain.config import (MODES, TrainConfig, load_config, parse_choice_list,
                              parse_int_list, parse_n_sync)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
