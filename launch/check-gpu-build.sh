@@ -45,31 +45,49 @@ if [ -z "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ]; then
     export HOROVOD_BUILD_CUDA_CC_LIST
 fi
 
-wheels=$(mktemp -d)
-trap 'rm -rf "$wheels"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+wheels=$work/wheels
 say "GPU=1 launch/install.sh $VENV (nvcc $release, GPU generations $HOROVOD_BUILD_CUDA_CC_LIST)"
 (cd "$ROOT" && GPU=1 DEPS_ONLY=1 HVDTRAIN_WHEEL_CACHE="$wheels" bash launch/install.sh "$VENV")
 
 # --- what can be checked without a driver ---
 lib=$(ls "$VENV"/lib/python3*/site-packages/horovod/tensorflow/mpi_lib*.so)
-needed=$(readelf -d "$lib" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')
-say "$(basename "$lib") needs: $needed"
-if [[ $needed == *libnccl.so* ]]; then
-    nccl=$(ldd "$lib" | grep 'libnccl\.so')
+site=$(cd "$(dirname "$lib")/../.." && pwd)
+needed=$(readelf -d "$lib" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p')
+say "$(basename "$lib") needs: $(tr '\n' ' ' <<< "$needed")"
+if grep -q '^libnccl\.so' <<< "$needed"; then
+    nccl=$(ldd "$lib" | grep 'libnccl\.so' | sed 's/^[[:space:]]*//')
     [[ $nccl != *"not found"* ]] || die "NCCL is linked but not found: $nccl"
-    say "NCCL: linked dynamically: ${nccl#"${nccl%%[! ]*}"}"
-else
-    nm -D --defined-only "$lib" | grep -q ' ncclAllReduce$' \
-        || die "$(basename "$lib") neither needs libnccl.so nor holds ncclAllReduce"
-    say "NCCL: linked statically"
+    say "NCCL: linked dynamically: $nccl"
 fi
-if [[ $needed == *libcudart.so* ]]; then
-    say "CUDA runtime: linked dynamically"
-elif grep -q libcudart_static "$lib"; then
-    say "CUDA runtime: linked statically (libcudart_static)"
-else
-    die "$(basename "$lib") links no CUDA runtime"
-fi
+# Horovod leaves its CUDA runtime and NCCL calls undefined unless it links NCCL statically.
+# The loader binds each to the first library that defines it: TensorFlow's, loaded first
+# and globally (its stubs load the nvidia-* wheels' libcudart and libnccl), then the
+# libraries Horovod's own needs, in order. Every such call must find one.
+defined() {  # NAME PATH: NAME's exported symbols, one "symbol NAME" a line
+    nm -D --defined-only "$2" | awk -v lib="$1" '{sub(/@.*/, "", $NF); print $NF, lib}'
+}
+{
+    for name in $needed; do
+        [ ! -e "$site/tensorflow/$name" ] || defined "$name" "$site/tensorflow/$name"
+    done
+    for name in $needed; do
+        path=$(ldd "$lib" | awk -v name="$name" '$1 == name && $3 ~ /^\// {print $3}')
+        [ -z "$path" ] || defined "$name" "$path"
+    done
+} > "$work/defined"
+nm -D --undefined-only "$lib" | awk '{sub(/@.*/, "", $NF); print $NF}' | grep -E '^(__)?(cuda|nccl)' \
+    | sort -u > "$work/calls"
+[ -s "$work/calls" ] || nm "$lib" | grep -q ' T cudaStreamCreate' \
+    || die "$(basename "$lib") makes no CUDA runtime or NCCL call: not a GPU build"
+while read -r symbol; do
+    supplier=$(awk -v s="$symbol" '$1 == s {print $2; exit}' "$work/defined")
+    [ -n "$supplier" ] || die "$(basename "$lib") calls $symbol, which none of its libraries defines"
+    echo "${symbol%%[A-Z]*} $supplier"
+done < "$work/calls" | sort | uniq -c | while read -r count kind supplier; do
+    say "$count $kind* calls bound to $supplier"
+done
 check=$("$VENV/bin/horovodrun" --check-build)
 printf '%s\n' "$check"
 grep -q '\[X\] NCCL *$' <<< "$check" || die "horovodrun --check-build does not list NCCL"
