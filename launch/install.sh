@@ -126,10 +126,12 @@ link_all() {  # DEST SRC_DIR...: links every entry of each SRC_DIR into DEST, la
 # headers and libraries relative to the folder it is called from (nvcc.profile's TOP), so
 # bin/ holds links to NVCC_HOME's files, never a link to its folder.
 cuda_from_wheels() {  # DEST: builds it from $nvcc_home and the venv's nvidia-*-cu12 wheels
-    local dest=$1 wheels target
+    local dest=$1 wheels target runtime
     wheels=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia
-    # cuda_fp16.h needs CCCL's <nv/target>, which tensorflow[and-cuda] does not bring.
-    "$PIP" install -q "nvidia-cuda-cccl-cu12==$("$PY" -c 'from importlib.metadata import version; print(".".join(version("nvidia-cuda-runtime-cu12").split(".")[:2]))').*"
+    # cuda_fp16.h needs CCCL's <nv/target>, which tensorflow[and-cuda] does not bring:
+    # the CCCL of the same CUDA 12 release as the runtime wheel (12.9.79: 12.9.*).
+    runtime=$("$PY" -c 'from importlib.metadata import version; print(version("nvidia-cuda-runtime-cu12"))')
+    "$PIP" install -q "nvidia-cuda-cccl-cu12==${runtime%.*}.*"
     for target in cuda_runtime/include cuda_runtime/lib nccl/include nccl/lib cuda_cccl/include; do
         [ -d "$wheels/$target" ] || die "NVCC_HOME: no $wheels/$target (tensorflow[and-cuda] installs it)"
     done
@@ -167,10 +169,10 @@ if [ "$GPU" = 1 ]; then
     if [ -n "${NVCC_HOME:-}" ]; then
         cuda_home=$(cd "$VENV" && pwd)/cuda-from-wheels
         cuda_from_wheels "$cuda_home"
-        # NCCL's wheel has no static library; the rpath finds that wheel's libnccl.so.2 from
-        # site-packages/horovod/<framework>/, so nothing needs LD_LIBRARY_PATH. The
-        # CUDA runtime is linked statically, as Horovod does by default.
-        # (\$ORIGIN is for the dynamic loader, not for the shell.)
+        # NCCL's wheel has no static library, so Horovod links libnccl.so.2 and, as it does
+        # then, no CUDA runtime: its CUDA and NCCL calls bind at load time to TensorFlow's
+        # framework library, which exports both. The rpath finds the NCCL wheel from
+        # site-packages/horovod/<framework>/ all the same (\$ORIGIN is the loader's).
         build_env+=(HOROVOD_NCCL_HOME="$cuda_home" HOROVOD_NCCL_LINK=SHARED
                     LDFLAGS="-Wl,-rpath,\$ORIGIN/../../nvidia/nccl/lib ${LDFLAGS:-}")
     fi
