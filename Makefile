@@ -6,7 +6,7 @@ WORKERS ?= 2
 EPOCHS ?= 2
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup demo test test-fast test-cluster clean
+.PHONY: setup demo test test-fast test-cluster check-gpu-build clean
 
 setup: $(STAMP)
 
@@ -31,5 +31,10 @@ test-cluster: setup
 test-fast: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not multiprocess and not slow" $(PYTEST_ARGS)
 
+# The GPU build (tensorflow[and-cuda], Horovod with NCCL) compiled afresh in .venv-gpu; needs
+# no GPU. Not part of `make test`: it downloads gigabytes (launch/check-gpu-build.sh).
+check-gpu-build:
+	bash launch/check-gpu-build.sh .venv-gpu
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) .venv-gpu build *.egg-info .pytest_cache

@@ -7,7 +7,8 @@
 #                                           the interpreter for a new VENV (3.10 to 3.12;
 #                                           default python3)
 #   GPU=1 bash launch/install.sh [VENV]     GPU: tensorflow[and-cuda], Horovod with NCCL for
-#                                           GPU tensors (needs the CUDA toolkit and NCCL headers)
+#                                           GPU tensors (needs a CUDA 12 toolkit and NCCL
+#                                           headers, or NVCC_HOME: see "GPU" below)
 #   MPI=1 ...                               also Horovod's MPI controller (needs Open MPI's mpicxx)
 #   DEPS_ONLY=1 ...                         TensorFlow and Horovod only, not hvdtrain itself
 #                                           (a Docker layer that survives code changes)
@@ -15,6 +16,14 @@
 # TF_VERSION and HOROVOD_VERSION override the pinned versions below (the Dockerfiles
 # pass theirs as build ARGs). Horovod's own build variables (HOROVOD_CUDA_HOME,
 # HOROVOD_NCCL_HOME, HOROVOD_BUILD_CUDA_CC_LIST, ...) pass through to its build.
+#
+# GPU: TensorFlow 2.21 runs on CUDA 12 (its and-cuda extra pins the nvidia-*-cu12 wheels).
+# A CUDA 12 toolkit with NCCL's headers (HOROVOD_CUDA_HOME, else /usr/local/cuda, as in the
+# Docker image's devel base) is used as it is. NVCC_HOME=DIR instead takes CUDA's headers,
+# runtime and NCCL from those wheels in VENV and only the compiler from DIR/bin/nvcc:
+# PyPI has no CUDA 12 nvcc (nvidia-cuda-nvcc-cu12 ships ptxas and libnvvm only), just
+# CUDA 13's (nvidia-cuda-nvcc), whose kernels need a CUDA 13 driver and leave out V100
+# (sm_70). `make check-gpu-build` builds that way to prove the GPU build compiles.
 #
 # Horovod 0.28.1 is the last release and does not build against TensorFlow 2.21 as it
 # is, so it is built from its PyPI sdist with the patches in launch/patches/ (each says
@@ -76,10 +85,20 @@ cmake_major=$(cmake --version | awk 'NR==1 {split($3, v, "."); print v[1]}')
 [ "$cmake_major" -lt 4 ] || die "cmake $(cmake --version | head -n1) found first on PATH; Horovod $HOROVOD_VERSION needs CMake 3.x (use the system cmake)"
 
 # --- what a GPU or MPI build of Horovod needs, checked before anything slow ---
-if [ "$GPU" = 1 ]; then
+nvcc_release() {  # CUDA_HOME: prints its nvcc's release (12.5), or nothing
+    { "$1/bin/nvcc" --version 2>/dev/null || true; } | sed -n 's/.*release \([0-9.]*\),.*/\1/p'
+}
+if [ "$GPU" = 1 ] && [ -n "${NVCC_HOME:-}" ]; then
+    nvcc_home=$(cd "$NVCC_HOME" 2>/dev/null && pwd) || die "NVCC_HOME=$NVCC_HOME is not a folder"
+    cuda_release=$(nvcc_release "$nvcc_home")
+    [ -n "$cuda_release" ] || die "NVCC_HOME=$NVCC_HOME has no working bin/nvcc"
+elif [ "$GPU" = 1 ]; then
     cuda_home=${HOROVOD_CUDA_HOME:-/usr/local/cuda}
-    [ -x "$cuda_home/bin/nvcc" ] \
-        || die "GPU=1 needs the CUDA toolkit: no nvcc in $cuda_home/bin (set HOROVOD_CUDA_HOME)"
+    cuda_release=$(nvcc_release "$cuda_home")
+    [ -n "$cuda_release" ] \
+        || die "GPU=1 needs the CUDA toolkit: no working nvcc in $cuda_home/bin (set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)"
+    [ "${cuda_release%%.*}" = 12 ] \
+        || die "GPU=1 needs CUDA 12, which TensorFlow $TF_VERSION runs on: $cuda_home/bin/nvcc is CUDA $cuda_release (set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)"
     nccl_include=${HOROVOD_NCCL_INCLUDE:-${HOROVOD_NCCL_HOME:+$HOROVOD_NCCL_HOME/include}}
     nccl_include=${nccl_include:-/usr/include}
     [ -f "$nccl_include/nccl.h" ] \
@@ -110,6 +129,44 @@ fi
 say "installing $TF_REQ"
 "$PIP" install -q "$TF_REQ"
 
+# --- GPU with NVCC_HOME: a CUDA toolkit folder made from TensorFlow's nvidia-* wheels ---
+link_all() {  # DEST SRC_DIR...: links every entry of each SRC_DIR into DEST, later ones winning
+    local dest=$1 src entry; shift
+    for src in "$@"; do
+        for entry in "$src"/*; do
+            case ${entry##*/} in __init__.py | __pycache__) ;; *) ln -sfn "$entry" "$dest/" ;; esac
+        done
+    done
+}
+# Horovod's CMake wants one folder with bin/nvcc, include/ and lib/. nvcc finds its tools,
+# headers and libraries relative to the folder it is called from (nvcc.profile's TOP), so
+# bin/ holds links to NVCC_HOME's files, never a link to its folder.
+cuda_from_wheels() {  # DEST: builds it from $nvcc_home and the venv's nvidia-*-cu12 wheels
+    local dest=$1 wheels target runtime
+    wheels=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia
+    # cuda_fp16.h needs CCCL's <nv/target>, which tensorflow[and-cuda] does not bring:
+    # the CCCL of the same CUDA 12 release as the runtime wheel (12.9.79: 12.9.*).
+    runtime=$("$PY" -c 'from importlib.metadata import version; print(version("nvidia-cuda-runtime-cu12"))')
+    "$PIP" install -q "nvidia-cuda-cccl-cu12==${runtime%.*}.*"
+    for target in cuda_runtime/include cuda_runtime/lib nccl/include nccl/lib cuda_cccl/include; do
+        [ -d "$wheels/$target" ] || die "NVCC_HOME: no $wheels/$target (tensorflow[and-cuda] installs it)"
+    done
+    target=$dest/targets/x86_64-linux
+    rm -rf "$dest" && mkdir -p "$dest/bin" "$target/include" "$target/lib"
+    ln -s targets/x86_64-linux/include "$dest/include"
+    ln -s targets/x86_64-linux/lib "$dest/lib"
+    ln -s targets/x86_64-linux/lib "$dest/lib64"
+    link_all "$dest/bin" "$nvcc_home/bin"
+    ln -s "$nvcc_home/nvvm" "$dest/nvvm"
+    link_all "$target/include" "$wheels/cuda_runtime/include" "$wheels/cuda_cccl/include" "$wheels/nccl/include"
+    # The compiler's own headers go with the compiler, not with the runtime.
+    ln -sfn "$nvcc_home/include/crt" "$target/include/crt"
+    ln -sfn "$nvcc_home/include/fatbinary_section.h" "$target/include/fatbinary_section.h"
+    link_all "$target/lib" "$wheels/cuda_runtime/lib" "$wheels/nccl/lib"
+    ln -sfn libcudart.so.12 "$target/lib/libcudart.so"
+    ln -sfn libnccl.so.2 "$target/lib/libnccl.so"
+}
+
 # --- Horovod, compiled against that TensorFlow with our patches ---
 features=(TensorFlow Gloo)
 build_env=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1)
@@ -124,7 +181,19 @@ build_env+=(HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1)
 if [ "$GPU" = 1 ]; then
     features+=(NCCL)
     build_env+=(HOROVOD_GPU_OPERATIONS=NCCL)
-    flavour=gpu
+    flavour=gpu-cuda$cuda_release
+    if [ -n "${NVCC_HOME:-}" ]; then
+        cuda_home=$(cd "$VENV" && pwd)/cuda-from-wheels
+        cuda_from_wheels "$cuda_home"
+        # NCCL's wheel has no static library, so Horovod links libnccl.so.2 and, as it does
+        # then, no CUDA runtime: its CUDA and NCCL calls bind at load time to TensorFlow's
+        # framework library, which exports both. The rpath finds the NCCL wheel from
+        # site-packages/horovod/<framework>/ all the same (\$ORIGIN is the loader's).
+        build_env+=(HOROVOD_NCCL_HOME="$cuda_home" HOROVOD_NCCL_LINK=SHARED
+                    LDFLAGS="-Wl,-rpath,\$ORIGIN/../../nvidia/nccl/lib ${LDFLAGS:-}")
+    fi
+    # Horovod picks its GPU generations from the first nvcc on PATH, so it must be this one.
+    build_env+=(HOROVOD_CUDA_HOME="$cuda_home" PATH="$cuda_home/bin:$PATH")
 fi
 if [ "$MPI" = 1 ]; then flavour=$flavour-mpi; fi
 missing_feature() {  # FEATURE...: prints the first one the installed horovodrun lacks

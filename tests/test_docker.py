@@ -143,9 +143,53 @@ def test_install_script_refuses_a_gpu_build_without_cuda_before_doing_anything(t
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        f"install: error: GPU=1 needs the CUDA toolkit: no nvcc in {tmp_path}/no-cuda/bin "
-        "(set HOROVOD_CUDA_HOME)")
+        f"install: error: GPU=1 needs the CUDA toolkit: no working nvcc in {tmp_path}/no-cuda/bin "
+        "(set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)")
     assert not venv.exists()
+
+
+def fake_cuda(folder, release):
+    """A CUDA toolkit folder whose bin/nvcc only reports its release, as the real one does."""
+    (folder / "bin").mkdir(parents=True)
+    nvcc = folder / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release %s, V%s.88'\n" % (release, release))
+    nvcc.chmod(0o755)
+    return folder
+
+
+def run_install(tmp_path, **env):
+    return subprocess.run(["bash", "launch/install.sh", str(tmp_path / "venv")], cwd=ROOT,
+                          env=dict(os.environ, GPU="1", **env), capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_install_script_refuses_a_cuda_13_nvcc_since_tensorflow_runs_on_cuda_12(tmp_path):
+    # This machine's /usr/local/cuda is CUDA 13: kernels built with it would not match
+    # the CUDA 12 runtime and NCCL that tensorflow[and-cuda] brings.
+    cuda = fake_cuda(tmp_path / "cuda-13", "13.0")
+    result = run_install(tmp_path, HOROVOD_CUDA_HOME=str(cuda))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"install: error: GPU=1 needs CUDA 12, which TensorFlow 2.21.0 runs on: {cuda}/bin/nvcc "
+        "is CUDA 13.0 (set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)")
+    assert not (tmp_path / "venv").exists()
+
+
+def test_install_script_refuses_an_nvcc_home_without_a_working_nvcc(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run_install(tmp_path, NVCC_HOME=str(tmp_path / "empty"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"install: error: NVCC_HOME={tmp_path}/empty has no working bin/nvcc")
+    assert not (tmp_path / "venv").exists()
+
+
+def test_make_check_gpu_build_runs_the_gpu_check_and_is_not_part_of_make_test():
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        rules = {name: prerequisites + recipe for name, prerequisites, recipe
+                 in re.findall(r"^([\w-]+):(.*)\n((?:\t.*\n)*)", f.read(), re.M)}
+    assert rules["check-gpu-build"].strip() == "bash launch/check-gpu-build.sh .venv-gpu"
+    assert "gpu" not in rules["test"] and "gpu" not in rules["test-fast"]
 
 
 @pytest.mark.multiprocess

@@ -248,7 +248,8 @@ def test_mpijob_manifest_runs_one_worker_per_gpu_with_valid_train_options():
 # --- shell scripts and docs ---
 
 SHELL_SCRIPTS = ["launch/common.sh", "launch/local.sh", "launch/pin-gpu.sh",
-                 "launch/slurm/train.sbatch", "launch/install.sh", "docker/ssh-setup.sh",
+                 "launch/slurm/train.sbatch", "launch/install.sh", "launch/check-gpu-build.sh",
+                 "docker/ssh-setup.sh",
                  "docker/start-sshd.sh"]
 
 
