@@ -78,13 +78,27 @@ def test_faults_parse_times_hosts_actions_and_rates_in_time_order():
                       Fault(31.0, "h1", "kill"), Fault(60.0, "h2", "up")]
 
 
+def test_a_when_fault_waits_for_an_absolute_path_pattern_and_follows_the_timed_ones(tmp_path,
+                                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    faults = parse_faults(["when=run/checkpoints/step-* host=h3 action=kill",
+                           "at=2s host=h2 action=down", "when=/tmp/x host=h3 action=up"],
+                          ["h1", "h2", "h3"])
+    assert faults == [Fault(2.0, "h2", "down"),
+                      Fault(None, "h3", "kill", 0, str(tmp_path / "run/checkpoints/step-*")),
+                      Fault(None, "h3", "up", 0, "/tmp/x")]
+    assert faults[1].trigger() == f"once {tmp_path}/run/checkpoints/step-* exists"
+
+
 @pytest.mark.parametrize("spec, message", [
     ("at=30s host=h9 action=down", "names host h9, but the cluster has hosts h1..h3"),
     ("at=soon host=h2 action=down", "at= must be a time like 30s"),
     ("at=30s host=h2 action=reboot", "action must be one of down, up, kill, slow:RATE"),
     ("at=30s host=h2 action=slow", "slow takes a rate"),
     ("at=30s host=h2 action=down:1gbit", "slow takes a rate"),
-    ("at=30s host=h2", "must give at=, host= and action="),
+    ("at=30s host=h2", "must give at= or when=, host= and action="),
+    ("at=30s when=x host=h2 action=up", "must give at= or when=, host= and action="),
+    ("when= host=h2 action=up", "must look like"),
     ("at=30s at=40s host=h2 action=up", "must look like"),
 ])
 def test_a_bad_fault_is_one_line_naming_it(spec, message):
