@@ -102,3 +102,70 @@ def test_a_crashed_host_stops_the_others_in_one_line_and_the_same_command_resume
     # The resumed run replays the same data from the same state; what differs is the
     # order of floating-point sums. 256 test images: 0.02 is 5 of them.
     assert resumed["test_accuracy"] == pytest.approx(reference["test_accuracy"], abs=0.02)
+
+
+# --- an elastic job loses h3's network mid-epoch, goes on with two, and takes h3 in again ---
+
+# The hosts that answer on the ssh port now, a slot each: a host whose NIC is down drops
+# out of the list by itself, and comes back into it with its NIC.
+DISCOVER = """#!/bin/bash
+for h in h1 h2 h3; do
+  timeout 1 bash -c "exec 3<>/dev/tcp/$h/22" 2>/dev/null && echo "$h:1"
+done
+exit 0
+"""
+
+
+def _elastic_job(tmp_path, data_dir, out, epochs: int) -> list[str]:
+    discover = tmp_path / "discover.sh"
+    discover.write_text(DISCOVER)
+    discover.chmod(0o755)
+    # A failed host is blacklisted for good unless a cool-down range is given: 1-2 s here.
+    return [HOROVODRUN, "-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+            str(discover), "--blacklist-cooldown-range", "1", "2", "--gloo",
+            "--network-interface", "eth0", "--start-timeout", "60",
+            HVDTRAIN, "train", "--elastic", "--model", "lenet", "--data-dir", data_dir,
+            "--batch-size", "16", "--epochs", str(epochs), "--elastic-commit-every", "5",
+            "--no-validate", "--out", str(out)]
+
+
+def test_an_elastic_job_goes_on_without_a_host_that_left_the_network_and_takes_it_back(tmp_path):
+    """h3's NIC goes down in epoch 2 (no reset reaches anyone: its peers' allreduce
+    waits for Horovod's gloo timeout, and its ssh session for the keep-alives, 15 s).
+    The two others go on from the last commit; once h3 is back and the discovery script
+    lists it, it joins. Every epoch is logged once, with its workers and examples.
+
+    10 Mbit/s links make a LeNet step last about 0.2 s of waiting on the network rather
+    than of the machine's two busy cores, so the job outlasts h3's return."""
+    from test_fault_tolerance import _assert_progress_in_examples
+
+    epochs = 30
+    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=240, test=64)
+    out, log = tmp_path / "run", tmp_path / "job.log"
+    down, up = tmp_path / "pull-h3", tmp_path / "plug-h3"
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(
+            [HVDTRAIN, "cluster", "--hosts", "3", "--link-rate", "10mbit",
+             "--fault", f"when={down} host=h3 action=down", "--fault", f"when={up} host=h3 action=up",
+             "--", *_elastic_job(tmp_path, data_dir, out, epochs)],
+            env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        assert _wait_for(lambda: len(_epochs(out)) >= 1, 300, proc), log.read_text()[-3000:]
+        down.touch()
+        assert _wait_for(lambda: "training with 2 worker(s)" in log.read_text(), 180, proc), \
+            log.read_text()[-3000:]
+        up.touch()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert proc.returncode == 0, output[-4000:]
+    assert "h3 down (once" in output and "h3 up (once" in output
+    # Two workers from the last commit on, then three again, later.
+    phases = re.findall(r"training with (\d) worker\(s\) from step (\d+)", output)
+    assert [int(w) for w, _ in phases] == [3, 2, 3], output[-4000:]
+    assert 0 < int(phases[1][1]) < int(phases[2][1]), phases
+    assert _epochs(out)[-1]["workers"] == 3
+    _assert_progress_in_examples(out, epochs)  # every epoch once, in order
+    assert json.loads((out / "summary.json").read_text())["workers"] == 3
