@@ -433,3 +433,36 @@ def test_a_slowed_host_gets_the_new_rate_on_both_ends_of_its_cable():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 2 and all("tbf" in line and "rate 10Mbit" in line for line in lines)
+
+
+# --- hvdtrain bench --hosts: a worker per emulated host, a NIC each ---
+
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.cluster
+def test_bench_on_emulated_hosts_records_their_topology_and_predict_checks_it(tmp_path):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [HVDTRAIN, "bench", "--model", "lenet", "--hosts", "2", "--link-rate", "100mbit",
+         "--modes", "sync,independent", "--steps", "6", "--warmup-steps", "2", "--window", "3",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                 PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", "")))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "bench.json").read_text())
+    assert report["link_rate"] == "100mbit"
+    assert report["topology"]["kind"] == "emulated-hosts"
+    assert [(h["name"], h["nic"], h["rate_bits"]) for h in report["topology"]["hosts"]] == [
+        ("h1", "eth0", 10**8), ("h2", "eth0", 10**8)]
+    assert [(r["workers"], r["mode"]) for r in report["rows"]] == [(2, "sync"), (2, "independent")]
+    assert "a NIC per worker on 2 emulated hosts" in result.stdout
+    # Both workers really were on hosts of their own: the job's log says so.
+    log = (out / "bench-w2.log").read_text()
+    assert "hvdtrain cluster: 2 hosts up (h1, h2)" in log
+
+    assert cli.main(["predict", str(out / "bench.json"), "--check", str(out / "bench.json"),
+                     "--workers", "2", "--link-rate", "100mbit", "--out", str(tmp_path / "p")]) == 0
+    checks = json.loads((tmp_path / "p" / "predict.json").read_text())["checks"]
+    assert [c["label"] for c in checks] == ["sync"] and checks[0]["predicted"] > 0
