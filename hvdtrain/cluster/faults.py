@@ -1,4 +1,4 @@
-"""Host faults at given times or events: a NIC goes down or comes back, a host's processes die, a link slows.
+"""Host faults at a time or on an event: a NIC goes down or up, a host's processes die, a link slows.
 
   --fault "at=30s host=h3 action=down"        h3's eth0 goes down (its cable is pulled)
   --fault "at=60s host=h3 action=up"          ...and comes back; sshd restarted if it died
