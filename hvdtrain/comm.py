@@ -155,6 +155,21 @@ class ElasticState(ObjectState):
         super().sync()
 
 
+# What a failed Horovod op's error says: Horovod's own shutdown notice, or, when the op
+# itself saw the peer go, only gloo's transport error ("[.../gloo/transport/tcp/pair.cc:589]
+# Read error [198.18.0.3]:16051: Connection reset by peer"), which names no Horovod.
+LOST_PEER_MARKERS = ("Horovod", "gloo/transport")
+
+
+def is_lost_peer(exc: BaseException) -> bool:
+    """True for the error a Horovod op raises once a peer has gone (its connection closed,
+    or Horovod shut down after another rank's failure)."""
+    if isinstance(exc, HorovodInternalError):
+        return True
+    message = exc.message or "" if isinstance(exc, tf.errors.OpError) else ""
+    return any(marker in message for marker in LOST_PEER_MARKERS)
+
+
 def elastic_run(func):
     """Run `func(state)` again after every change of workers, as `hvd.elastic.run` does.
 
@@ -168,7 +183,7 @@ def elastic_run(func):
         try:
             return func(state, *args, **kwargs)
         except tf.errors.OpError as exc:
-            if "Horovod" in (exc.message or ""):
+            if is_lost_peer(exc):
                 raise HorovodInternalError(exc) from exc
             raise
 

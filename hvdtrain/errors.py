@@ -17,3 +17,9 @@ class DataError(HvdtrainError):
     """A data file or directory is missing, unreadable or malformed."""
 
     exit_code = 3
+
+
+class PeerLostError(HvdtrainError):
+    """A collective failed because another worker died or left (a job without --elastic)."""
+
+    exit_code = 6

@@ -128,6 +128,10 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--synthetic-shape", "28x28"], "--synthetic-shape must look like 32x32x3"),
     (["--model", "vgg"], "--model must be one of"),
     (["--hostfile", "/nonexistent/hosts"], "--hostfile not found: /nonexistent/hosts"),
+    (["--hosts", "2", "--workers", "1,4"], "--workers 4 needs as many hosts, one worker each; "
+                                           "got --hosts 2"),
+    (["--hosts", "0"], "--hosts must be between 1 and 250, got 0"),
+    (["--hosts", "2", "--link-rate", "fast"], "--link-rate must be a rate in tc's units"),
 ])
 def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tmp_path):
     assert main(["bench", "--out", str(tmp_path), *argv]) == 2

@@ -78,13 +78,27 @@ def test_faults_parse_times_hosts_actions_and_rates_in_time_order():
                       Fault(31.0, "h1", "kill"), Fault(60.0, "h2", "up")]
 
 
+def test_a_when_fault_waits_for_an_absolute_path_pattern_and_follows_the_timed_ones(tmp_path,
+                                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    faults = parse_faults(["when=run/checkpoints/step-* host=h3 action=kill",
+                           "at=2s host=h2 action=down", "when=/tmp/x host=h3 action=up"],
+                          ["h1", "h2", "h3"])
+    assert faults == [Fault(2.0, "h2", "down"),
+                      Fault(None, "h3", "kill", 0, str(tmp_path / "run/checkpoints/step-*")),
+                      Fault(None, "h3", "up", 0, "/tmp/x")]
+    assert faults[1].trigger() == f"once {tmp_path}/run/checkpoints/step-* exists"
+
+
 @pytest.mark.parametrize("spec, message", [
     ("at=30s host=h9 action=down", "names host h9, but the cluster has hosts h1..h3"),
     ("at=soon host=h2 action=down", "at= must be a time like 30s"),
     ("at=30s host=h2 action=reboot", "action must be one of down, up, kill, slow:RATE"),
     ("at=30s host=h2 action=slow", "slow takes a rate"),
     ("at=30s host=h2 action=down:1gbit", "slow takes a rate"),
-    ("at=30s host=h2", "must give at=, host= and action="),
+    ("at=30s host=h2", "must give at= or when=, host= and action="),
+    ("at=30s when=x host=h2 action=up", "must give at= or when=, host= and action="),
+    ("when= host=h2 action=up", "must look like"),
     ("at=30s at=40s host=h2 action=up", "must look like"),
 ])
 def test_a_bad_fault_is_one_line_naming_it(spec, message):
@@ -419,3 +433,36 @@ def test_a_slowed_host_gets_the_new_rate_on_both_ends_of_its_cable():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 2 and all("tbf" in line and "rate 10Mbit" in line for line in lines)
+
+
+# --- hvdtrain bench --hosts: a worker per emulated host, a NIC each ---
+
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.cluster
+def test_bench_on_emulated_hosts_records_their_topology_and_predict_checks_it(tmp_path):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [HVDTRAIN, "bench", "--model", "lenet", "--hosts", "2", "--link-rate", "100mbit",
+         "--modes", "sync,independent", "--steps", "6", "--warmup-steps", "2", "--window", "3",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                 PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", "")))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "bench.json").read_text())
+    assert report["link_rate"] == "100mbit"
+    assert report["topology"]["kind"] == "emulated-hosts"
+    assert [(h["name"], h["nic"], h["rate_bits"]) for h in report["topology"]["hosts"]] == [
+        ("h1", "eth0", 10**8), ("h2", "eth0", 10**8)]
+    assert [(r["workers"], r["mode"]) for r in report["rows"]] == [(2, "sync"), (2, "independent")]
+    assert "a NIC per worker on 2 emulated hosts" in result.stdout
+    # Both workers really were on hosts of their own: the job's log says so.
+    log = (out / "bench-w2.log").read_text()
+    assert "hvdtrain cluster: 2 hosts up (h1, h2)" in log
+
+    assert cli.main(["predict", str(out / "bench.json"), "--check", str(out / "bench.json"),
+                     "--workers", "2", "--link-rate", "100mbit", "--out", str(tmp_path / "p")]) == 0
+    checks = json.loads((tmp_path / "p" / "predict.json").read_text())["checks"]
+    assert [c["label"] for c in checks] == ["sync"] and checks[0]["predicted"] > 0

@@ -143,6 +143,18 @@ def test_checks_compare_emulated_benches_with_the_shared_link_prediction(tmp_pat
     assert sync["error"] == pytest.approx(predicted / (64 / 0.6) - 1)
 
 
+def test_checks_of_a_bench_on_emulated_hosts_give_each_worker_a_link_of_its_own(tmp_path):
+    shaped = json.loads(open(_bench(tmp_path, "100mbit")).read())
+    shaped["topology"] = {"kind": "emulated-hosts", "workers_per_link": 1,
+                          "hosts": [{"name": "h1"}, {"name": "h2"}]}
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps(shaped))
+    assert main(["predict", _bench(tmp_path), "--check", str(path), "--latency", "0",
+                 "--out", str(tmp_path / "p")]) == 0
+    sync = json.loads((tmp_path / "p" / "predict.json").read_text())["checks"][0]
+    assert sync["predicted"] == pytest.approx(64 / (0.4 + 4e6 * 8 / 1e8))  # a NIC each
+
+
 def test_an_unshaped_bench_gives_the_floor_and_a_shaped_one_does_not(tmp_path):
     unshaped = json.loads(open(_bench(tmp_path, exchanges=(0.15, 0.3))).read())
     work = workload(unshaped, overlap=0.0)

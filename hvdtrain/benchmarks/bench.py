@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from hvdtrain.benchmarks.launching import horovodrun_command, run_job
+from hvdtrain.benchmarks.launching import horovodrun_command, on_emulated_hosts, run_job
 from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.scaling import (add_scaling, overhead_against_reference,
                                          ratios_to_reference)
@@ -101,6 +101,11 @@ def add_parser(commands) -> None:
                              "shaped to RATE (tc units: 10gbit, 1gbit, 100mbit), to emulate "
                              "links between nodes, zones or regions; needs root "
                              "(default: the unshaped loopback)")
+    parser.add_argument("--hosts", type=int, default=None, metavar="N",
+                        help="run each job on an emulated cluster of N hosts (hvdtrain cluster: "
+                             "root, sshd), one worker per host, each with its own NIC at "
+                             "--link-rate, launched over ssh; --workers defaults to N "
+                             "(default: all workers on this machine)")
     parser.add_argument("--slow-rank", default=None, metavar="RANK:FACTOR",
                         help="make one worker's steps FACTOR times slower (1:2: rank 1 at half "
                              "speed), as a slower GPU or a noisy neighbour would; rounds and "
@@ -180,13 +185,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--slow-rank {args.slow_rank} names a rank the {min(workers)}-worker "
                           f"job does not have")
     if "HOROVOD_RANK" in os.environ:
-        if args.link_rate:
-            raise ConfigError("--link-rate starts its own jobs: run hvdtrain bench without "
+        if args.link_rate or args.hosts is not None:
+            flag = "--hosts" if args.hosts is not None else "--link-rate"
+            raise ConfigError(f"{flag} starts its own jobs: run hvdtrain bench without "
                               "horovodrun around it")
         return _measure_this_job(args, setups, workers)
-    if args.hostfile and not os.path.isfile(args.hostfile):
-        raise ConfigError(f"--hostfile not found: {args.hostfile}")
-    check_link_options(args.link_rate, args.hostfile)
+    workers = _check_where(args, workers)
     out = args.out or _default_out(cfg.model)
     os.makedirs(out, exist_ok=True)
     plan_path = os.path.join(out, "plan.json")
@@ -199,8 +203,7 @@ def run(args: argparse.Namespace) -> int:
         log_path = os.path.join(out, f"bench-w{count}.log")
         print(f"hvdtrain: benchmarking {cfg.model} on {count} worker(s); log: {log_path}", flush=True)
         command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", plan_path, results_path]
-        result = run_job(over_link(horovodrun_command(count, command, args.hostfile),
-                                   args.link_rate), log_path)
+        result = run_job(_job_command(args, count, command), log_path)
         if result.returncode != 0 or not os.path.exists(results_path):
             raise HvdtrainError(f"the {count}-worker benchmark job failed (exit "
                                 f"{result.returncode}); see {log_path}")
@@ -208,8 +211,51 @@ def run(args: argparse.Namespace) -> int:
             results = json.load(fh)
         rows += results["rows"]
         host = results["machine"]
-    _report(rows, host, out, args.link_rate)
+    _report(rows, host, out, args.link_rate, topology(args.hosts, args.link_rate, args.hostfile))
     return 0
+
+
+def _check_where(args, workers: list[int] | None) -> list[int] | None:
+    """Where the jobs run (this machine, --hostfile or --hosts) checked in one line each;
+    the worker counts, --hosts' own by default."""
+    if args.hostfile and not os.path.isfile(args.hostfile):
+        raise ConfigError(f"--hostfile not found: {args.hostfile}")
+    if args.hosts is None:
+        check_link_options(args.link_rate, args.hostfile)
+        return workers
+    from hvdtrain.cluster.requirements import check_all
+    from hvdtrain.cluster.topology import plan_hosts
+
+    if args.hostfile:
+        raise ConfigError(f"--hosts makes its own emulated hosts; it cannot also use --hostfile "
+                          f"{args.hostfile}")
+    plan_hosts(args.hosts, args.link_rate)  # a bad count or rate, in one line
+    workers = workers or [args.hosts]
+    if max(workers) > args.hosts:
+        raise ConfigError(f"--workers {max(workers)} needs as many hosts, one worker each; "
+                          f"got --hosts {args.hosts}")
+    check_all()
+    return workers
+
+
+def _job_command(args, count: int, command: list[str]) -> list[str]:
+    if args.hosts is not None:
+        return on_emulated_hosts(count, command, args.hosts, args.link_rate)
+    return over_link(horovodrun_command(count, command, args.hostfile), args.link_rate)
+
+
+def topology(hosts: int | None, link_rate: str | None, hostfile: str | None = None) -> dict:
+    """Where the workers ran and which link each one's traffic crossed, for bench.json
+    and for predict --check: a NIC per worker, or one loopback that all of them share."""
+    if hosts is not None:
+        from hvdtrain.cluster.topology import describe, plan_hosts
+
+        return {"kind": "emulated-hosts", "workers_per_link": 1,
+                "hosts": describe(plan_hosts(hosts, link_rate))}
+    if hostfile:
+        return {"kind": "hostfile", "hostfile": os.path.abspath(hostfile)}
+    return {"kind": "shared-loopback" if link_rate else "this-machine",
+            "workers_per_link": "all"}
 
 
 def _default_out(model: str) -> str:
@@ -238,7 +284,8 @@ CSV_COLUMNS = ("model", "label", "mode", "n_sync", "sync_seconds", "workers", "b
                "seconds_per_exchange", "round_share", "timed_steps", "repeats", "parameters")
 
 
-def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None) -> None:
+def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None,
+            where: dict | None = None) -> None:
     """Scaling columns, then bench.json, bench.csv and a table on stdout."""
     from hvdtrain.files import write_csv, write_json
 
@@ -247,13 +294,15 @@ def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None
     write_json(os.path.join(out, "bench.json"), {
         "command": ["hvdtrain", *sys.argv[1:]], "machine": host, "rows": rows,
         # None: the unshaped loopback of one machine (several GB/s).
-        "link_rate": link_rate,
+        "link_rate": link_rate, "topology": where or topology(None, link_rate),
         "horovod_reference_over_sync": {str(k): {"overhead": v, "ci95": ci}
                                         for k, (v, ci) in overhead.items()},
         "sync_over_horovod": [{"workers": k, "label": label, "ratio": v, "ci95": ci}
                               for (k, label), (v, ci) in ratios_to_reference(rows).items()]})
     write_csv(os.path.join(out, "bench.csv"), rows, CSV_COLUMNS)
-    print(f"link: {link_rate or 'unshaped loopback'}")
+    where = where or topology(None, link_rate)
+    nics = f", a NIC per worker on {len(where['hosts'])} emulated hosts" if "hosts" in where else ""
+    print(f"link: {link_rate or 'unshaped loopback'}{nics}")
     print(format_table(rows))
     for count, (ratio, ci) in overhead.items():
         print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} ± {ci:.1%} "

@@ -23,6 +23,19 @@ def horovodrun_command(workers: int, command: list[str], hostfile: str | None = 
     return [tool("horovodrun"), "-np", str(workers), *hosts, "--gloo", *command]
 
 
+def on_emulated_hosts(workers: int, command: list[str], hosts: int,
+                      link_rate: str | None = None) -> list[str]:
+    """`command` as a job of `workers` processes, one on each of the hosts h1..hK of an
+    emulated cluster of `hosts` (`hvdtrain cluster`: a NIC each, shaped to `link_rate`),
+    started over ssh as on a real cluster."""
+    cluster = [tool("hvdtrain"), "cluster", "--hosts", str(hosts)]
+    cluster += ["--link-rate", link_rate] if link_rate else []
+    slots = ",".join(f"h{k}:1" for k in range(1, workers + 1))
+    job = [tool("horovodrun"), "-np", str(workers), "-H", slots, "--gloo",
+           "--network-interface", "eth0", *command]
+    return [*cluster, "--", *job]
+
+
 def run_job(command: list[str], log_path: str | None = None) -> subprocess.CompletedProcess:
     """Run to the end; output goes to `log_path` (or is captured). TensorFlow's start-up
     chatter is silenced so a failure's own message is easy to find."""

@@ -136,12 +136,20 @@ def predictions(bench: dict, work: Workload, workers: list[int], rates: list[str
     return rows
 
 
+def workers_per_link(bench: dict, workers: int) -> int:
+    """How many workers' traffic crossed one link in `bench`: one on emulated hosts (a NIC
+    each), all of them on the shared loopback (benches from before bench.json said)."""
+    return 1 if bench.get("topology", {}).get("kind") == "emulated-hosts" else workers
+
+
 def checks(work: Workload, shaped: dict, latency: float) -> list[dict]:
     """Each communicating row of a bench over an emulated link, measured and predicted.
 
     The compute comes from that bench's own independent rows: on a shared machine it
     drifts by ±15% between runs, and what is checked is the communication. The emulated
-    loopback carries every worker's traffic, so all of them share its rate.
+    loopback of `bench --link-rate` carries every worker's traffic, so all of them share
+    its rate; on the emulated hosts of `bench --hosts` each worker has a NIC of its own,
+    as the model assumes of a cluster.
     """
     rate = shaped.get("link_rate")
     if not rate:
@@ -154,7 +162,7 @@ def checks(work: Workload, shaped: dict, latency: float) -> list[dict]:
         mode = "sync" if row["mode"] == "horovod" else row["mode"]
         if mode == "independent" and own_compute is not None:
             continue
-        link = Link(parse_rate(rate), latency, row["workers"])
+        link = Link(parse_rate(rate), latency, workers_per_link(shaped, row["workers"]))
         p = predict(work, mode, row["workers"], link, row["n_sync"] or 1)
         measured = row["total_images_per_sec"]
         out.append({"link_rate": rate, "label": row["label"], "workers": row["workers"],

@@ -42,10 +42,14 @@ examples:
       hvdtrain train --epochs 1
   hvdtrain cluster --hosts 3 --link-rate 1gbit --host-rate h3=100mbit \\
       --fault "at=30s host=h3 action=down" --fault "at=60s host=h3 action=up" -- COMMAND...
+  hvdtrain cluster --hosts 3 --fault "when=run/checkpoints/step-* host=h3 action=kill" \
+      -- COMMAND...
 
---fault: {FORMAT!r}, times from the start of COMMAND; down/up take h3's NIC down or
-bring it back (restarting its sshd if it died), kill kills every process on h3, slow
-shapes its link to a new rate. The exit status is COMMAND's."""
+--fault: {FORMAT!r}, times from the start of COMMAND, or once a file matching PATH
+(* and ? allowed) exists, such as the job's first checkpoint or a file you touch;
+down/up take h3's NIC down or bring it back (restarting its sshd if it died), kill
+kills every process on h3, slow shapes its link to a new rate. The exit status is
+COMMAND's."""
 
 
 def add_parser(commands) -> None:

@@ -126,7 +126,7 @@ class EmulatedCluster:
             # replace, not change: the host may have had no qdisc (an unshaped link)
             for argv in shape_command(host, fault.rate_bits, verb="replace"):
                 _sh(argv)
-        print(f"hvdtrain cluster: {fault.describe()} (at {fault.at:g} s)", file=sys.stderr,
+        print(f"hvdtrain cluster: {fault.describe()} ({fault.trigger()})", file=sys.stderr,
               flush=True)
 
     def nic_bytes(self, name: str) -> dict[str, int]:

@@ -30,6 +30,10 @@ PidFile none
 # horovodrun and the fault tests open many sessions at once.
 MaxStartups 100
 MaxSessions 100
+# A client that left the network ends its sessions (and their commands' input) within
+# 15 s, as it does on a cluster whose sshd is set up for long jobs.
+ClientAliveInterval 5
+ClientAliveCountMax 3
 """
 
 SSH_CONFIG = """\
@@ -42,6 +46,11 @@ Host *
     UserKnownHostsFile /dev/null
     LogLevel ERROR
     ConnectTimeout 10
+    # A host that leaves the network ends ssh within 15 s (exit 255), so horovodrun's
+    # elastic driver sees its worker fail; without it, ssh would wait for TCP to give up
+    # (many minutes) and the driver for that worker. Set the same on a real cluster.
+    ServerAliveInterval 5
+    ServerAliveCountMax 3
 """
 
 

@@ -12,6 +12,7 @@ list of what was made and cannot miss anything, even after a crash or a SIGKILL.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -52,14 +53,30 @@ def reap_as_init(child: int) -> int:
             return _exit_code(status)
 
 
+# How often a when= fault looks for its file: often enough that a fault lands within a
+# step or two of the event, rarely enough to cost nothing.
+WATCH_SECONDS = 0.1
+
+
 def _schedule(cluster: EmulatedCluster, faults: list[Fault], start: float) -> list[threading.Timer]:
     timers = []
     for fault in faults:
+        if fault.when:
+            continue
         timer = threading.Timer(max(0.0, start + fault.at - time.monotonic()), cluster.apply, [fault])
         timer.daemon = True
         timer.start()
         timers.append(timer)
     return timers
+
+
+def _watch(cluster: EmulatedCluster, faults: list[Fault], done: threading.Event) -> None:
+    """Apply each when= fault, once, as soon as its pattern matches a file; until `done`."""
+    waiting = [fault for fault in faults if fault.when]
+    while waiting and not done.wait(WATCH_SECONDS):
+        for fault in [f for f in waiting if glob.glob(f.when)]:
+            cluster.apply(fault)
+            waiting.remove(fault)
 
 
 def supervise(spec: dict) -> int:
@@ -74,7 +91,10 @@ def supervise(spec: dict) -> int:
     command = cluster.popen(LAUNCHER, spec["command"])
     _forward_signals(command)
     timers = _schedule(cluster, faults, time.monotonic())
+    done = threading.Event()
+    threading.Thread(target=_watch, args=(cluster, faults, done), daemon=True).start()
     code = command.wait()
+    done.set()
     for timer in timers:
         timer.cancel()
     if spec.get("nic_counters"):

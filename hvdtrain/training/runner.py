@@ -22,7 +22,7 @@ from hvdtrain.config import TrainConfig, parse_shape
 from hvdtrain.cpu_cores import pin_worker
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.devices import configure_devices
-from hvdtrain.errors import ConfigError
+from hvdtrain.errors import ConfigError, PeerLostError
 from hvdtrain.keras.state import reseed_dropout
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
@@ -77,11 +77,28 @@ def train(cfg: TrainConfig, verbose: int | None = None,
         if cfg.elastic:
             _fit_elastically(run, verbose)
         else:
-            _fit(run, verbose)
+            with naming_a_lost_peer(run):
+                _fit(run, verbose)
         train_seconds = time.time() - start
         test_loss, test_accuracy = evaluate(
             run.model, data.test(run.world.rank, run.world.workers, EVAL_BATCH))
     return _finish(run, train_seconds, test_loss, test_accuracy)
+
+
+@contextlib.contextmanager
+def naming_a_lost_peer(run: Run) -> Iterator[None]:
+    """A job without --elastic cannot go on without a peer: say so in one line, with
+    what to do, rather than with TensorFlow's page of graph trace."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001  (only Horovod's failures are turned)
+        if not comm.is_lost_peer(exc):
+            raise
+        raise PeerLostError(
+            f"worker {run.world.rank} lost a peer after step {run.progress.steps}: Horovod "
+            f"shut down (a worker died, or its host left the network; its log names it). Run "
+            f"the same command again to resume from the newest checkpoint in {run.cfg.out}"
+        ) from None
 
 
 def _run_folder_and_plan(cfg: TrainConfig) -> tuple[TrainConfig, ResumePlan]:
