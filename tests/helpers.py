@@ -65,3 +65,12 @@ def write_image_folder(root: str, classes: int = 3, train_per_class: int = 6,
                 with open(os.path.join(folder, f"img_{i:03d}.{ext}"), "wb") as fh:
                     fh.write(data)
     return root
+
+
+def runs_on_learnable_data(root, runs: dict[str, dict]) -> list[dict]:
+    """One train_worker-style run spec per named config, each on a small learnable IDX
+    dataset under `root` and with its own run folder there."""
+    data_dir = write_learnable_idx_dataset(os.path.join(str(root), "data"), train=512, test=128)
+    return [{"name": name, "config": dict(cfg, data_dir=data_dir,
+                                          out=os.path.join(str(root), f"run-{name}"))}
+            for name, cfg in runs.items()]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import horovodrun, load_rank_files
-from helpers import write_learnable_idx_dataset
+from helpers import runs_on_learnable_data, write_learnable_idx_dataset
 from hvdtrain.averaging import expected_bytes_allreduced, sync_points
 from hvdtrain.stats import per_batch_values
 
@@ -46,9 +46,8 @@ RUNS = {
 def trained(tmp_path_factory):
     """Every run in RUNS, trained once in a single two-worker job."""
     root = tmp_path_factory.mktemp("runs")
-    data_dir = write_learnable_idx_dataset(str(root / "data"), train=512, test=128)
-    runs = [{"name": name, "config": dict(cfg, data_dir=data_dir, out=str(root / f"run-{name}"))}
-            for name, cfg in RUNS.items()]
+    runs = runs_on_learnable_data(root, RUNS)
+    data_dir = runs[0]["config"]["data_dir"]
     # Paine's warm start: local SGD from the weights the "sync" run (earlier in this job) saved.
     runs.append({"name": "warm_from_sync", "config": dict(
         PLAIN_SGD, steps_per_epoch=1, base_lr=1e-9, mode="local", n_sync=5, data_dir=data_dir,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
-from helpers import write_learnable_idx_dataset
+from helpers import runs_on_learnable_data
 
 TINY = dict(model="lenet", batch_size=16, epochs=2, train_examples=256, validate=False,
             log_every=0.0)
@@ -28,9 +28,7 @@ RUNS = {
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("tta")
-    data_dir = write_learnable_idx_dataset(str(root / "data"), train=512, test=128)
-    runs = [{"name": name, "config": dict(cfg, data_dir=data_dir, out=str(root / f"run-{name}"))}
-            for name, cfg in RUNS.items()]
+    runs = runs_on_learnable_data(root, RUNS)
     horovodrun("tta_worker.py", str(root), json.dumps(runs), timeout=600)
     return root, {name: load_rank_files(str(root), name) for name in RUNS}
 
