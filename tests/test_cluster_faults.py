@@ -83,7 +83,10 @@ def test_a_crashed_host_stops_the_others_in_one_line_and_the_same_command_resume
         said = re.search(rf"\[{rank}\]<stderr>:hvdtrain: error: worker {rank} lost a peer after "
                          rf"step \d+: Horovod shut down .* Run the same command again to resume "
                          rf"from the newest checkpoint in {out}\n", output)
-        assert said or f"Process {rank} exit with status code 143" in output, output[-3000:]
+        # Terminated by horovodrun: its status line may be missing, as the job ends at once.
+        terminated = (f"Process {rank} exit with status code 143" in output
+                      or "Terminating remaining workers after failure of Process" in output)
+        assert said or terminated, output[-3000:]
         assert f"[{rank}]<stderr>:Traceback" not in output, output[-3000:]
 
     again = run_cluster(["--hosts", "3", "--link-rate", "1gbit", "--", *job])
