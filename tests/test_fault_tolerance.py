@@ -22,7 +22,7 @@ from hvdtrain.benchmarks.learning_curves import load_curve
 from hvdtrain.config import load_config, parse_interval
 from hvdtrain.data import load_dataset
 from hvdtrain.errors import ConfigError
-from hvdtrain.training.callbacks import CountProgress, ElasticCommit, StepLog
+from hvdtrain.training.callbacks import Checkpointer, CountProgress, ElasticCommit, StepLog
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.schedules import learning_rate_at, schedule_in_examples
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
@@ -75,6 +75,40 @@ def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
                          ElasticCommit(state, every=2, progress=progress)])
     assert state.commits == [2, 4, 5, 6, 8, 10]
     assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
+
+
+class _RecordingStore:
+    """Stands in for CheckpointStore: notes the step of every save."""
+
+    def __init__(self):
+        self.saved = []
+
+    def save(self, state, saved):
+        self.saved.append(saved.progress.steps)
+
+    def newest(self):
+        return None
+
+
+def test_a_step_checkpoint_at_an_epochs_last_step_is_saved_after_its_log():
+    # Saved before the epoch's line, a crash in between would lose that line for good: the
+    # resumed run starts at the next epoch.
+    comm.init()  # a world of one worker
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    store, logged = _RecordingStore(), []
+
+    class EpochLog(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            logged.append((epoch, list(store.saved)))
+
+    x, y = np.zeros((20, 3), "float32"), np.zeros((20, 1), "float32")
+    progress = TrainingProgress(epoch_examples=20)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0,
+              callbacks=[CountProgress(progress, 4), EpochLog(),
+                         Checkpointer(store, None, ("steps", 5), progress, 4)])
+    assert store.saved == [5, 10]
+    assert logged == [(0, []), (1, [5])]  # each epoch's line came before its checkpoint
 
 
 def test_step_log_flushed_at_commits_writes_each_step_once_with_its_own_value(tmp_path):

@@ -239,11 +239,17 @@ class Checkpointer(keras.callbacks.Callback):
         if self.unit != "steps":
             return
         self._due = self._due or self.progress.steps % self.every == 0
-        if self._due and self.progress.in_consensus:
+        # An epoch's last step is saved at the epoch's end, after its line is logged: saved
+        # before, a crash in between would lose that line, as the resumed run starts at
+        # the next epoch.
+        last_of_epoch = batch + 1 == self.params.get("steps")
+        if self._due and self.progress.in_consensus and not last_of_epoch:
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
         if self.unit == "epochs" and (epoch + 1) % self.every == 0:
+            self._save()
+        elif self.unit == "steps" and self._due and self.progress.in_consensus:
             self._save()
 
 
