@@ -47,41 +47,20 @@ def test_bad_checkpoint_interval_is_one_line(text):
 
 
 class _RecordingState:
-    """Stands in for ElasticState: notes the optimizer step of every commit."""
+    """Stands in for ElasticState: notes the optimizer step of every commit in `commits`."""
 
-    def __init__(self, model):
-        self.model, self.commits, self.progress = model, [], None
+    def __init__(self, model, commits: list):
+        self.model, self.commits, self.progress = model, commits, None
 
     def commit(self):
         self.commits.append(int(self.model.optimizer.iterations.numpy()))
 
 
-def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
-    comm.init()  # a world of one worker
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
-    state = _RecordingState(model)
-    logged = []
-
-    class EpochLog(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            logged.append((epoch, list(state.commits)))
-
-    x, y = np.zeros((20, 3), "float32"), np.zeros((20, 1), "float32")
-    # The runner's order: logging callbacks, then the commit.
-    progress = TrainingProgress(epoch_examples=20)
-    model.fit(x, y, batch_size=4, epochs=2, verbose=0,
-              callbacks=[CountProgress(progress, 4), EpochLog(),
-                         ElasticCommit(state, every=2, progress=progress)])
-    assert state.commits == [2, 4, 5, 6, 8, 10]
-    assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
-
-
 class _RecordingStore:
-    """Stands in for CheckpointStore: notes the step of every save."""
+    """Stands in for CheckpointStore: notes the step of every save in `saved`."""
 
-    def __init__(self):
-        self.saved = []
+    def __init__(self, saved: list):
+        self.saved = saved
 
     def save(self, state, saved):
         self.saved.append(saved.progress.steps)
@@ -90,24 +69,41 @@ class _RecordingStore:
         return None
 
 
-def test_a_step_checkpoint_at_an_epochs_last_step_is_saved_after_its_log():
-    # Saved before the epoch's line, a crash in between would lose that line for good: the
-    # resumed run starts at the next epoch.
+def _fit_two_epochs_logging(saver_for, saved: list) -> list:
+    """Two epochs of 5 steps (batch 4): CountProgress, an epoch log, then the saver
+    `saver_for(model, progress)` (the runner's order). Returns, per epoch, what `saved`
+    held when the epoch's line was logged."""
     comm.init()  # a world of one worker
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
-    store, logged = _RecordingStore(), []
+    logged = []
 
     class EpochLog(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            logged.append((epoch, list(store.saved)))
+            logged.append((epoch, list(saved)))
 
     x, y = np.zeros((20, 3), "float32"), np.zeros((20, 1), "float32")
     progress = TrainingProgress(epoch_examples=20)
     model.fit(x, y, batch_size=4, epochs=2, verbose=0,
-              callbacks=[CountProgress(progress, 4), EpochLog(),
-                         Checkpointer(store, None, ("steps", 5), progress, 4)])
-    assert store.saved == [5, 10]
+              callbacks=[CountProgress(progress, 4), EpochLog(), saver_for(model, progress)])
+    return logged
+
+
+def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
+    commits: list[int] = []
+    logged = _fit_two_epochs_logging(lambda model, progress: ElasticCommit(
+        _RecordingState(model, commits), every=2, progress=progress), commits)
+    assert commits == [2, 4, 5, 6, 8, 10]
+    assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
+
+
+def test_a_step_checkpoint_at_an_epochs_last_step_is_saved_after_its_log():
+    # Saved before the epoch's line, a crash in between would lose that line for good: the
+    # resumed run starts at the next epoch.
+    saved: list[int] = []
+    logged = _fit_two_epochs_logging(lambda model, progress: Checkpointer(
+        _RecordingStore(saved), None, ("steps", 5), progress, 4), saved)
+    assert saved == [5, 10]
     assert logged == [(0, []), (1, [5])]  # each epoch's line came before its checkpoint
 
 

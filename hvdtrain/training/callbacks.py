@@ -208,11 +208,38 @@ class StepLog(keras.callbacks.Callback):
             fh.writelines(line for _, line in sorted(lines, key=lambda pair: pair[0]))
 
 
+class StepSavePoints:
+    """When something saved every `every` steps (a checkpoint, an elastic commit) is due.
+
+    A save falls due after every multiple of `every` and waits for consensus (in local
+    mode the next averaging round). An epoch's last step waits for the epoch's end, after
+    the callbacks that log it: saved before, a crash or a resize in between would lose
+    that epoch's line for good, since training resumes at the next epoch.
+    """
+
+    def __init__(self, every: int, progress: TrainingProgress):
+        self.every = every
+        self.progress = progress
+        self.due = False
+
+    def at_batch_end(self, batch: int, steps_in_epoch: int | None) -> bool:
+        """Whether to save now, after Keras's `batch` of an epoch of `steps_in_epoch`."""
+        self.due = self.due or self.progress.steps % self.every == 0
+        last_of_epoch = batch + 1 == steps_in_epoch
+        return self.due and self.progress.in_consensus and not last_of_epoch
+
+    def at_epoch_end(self) -> bool:
+        return self.due and self.progress.in_consensus
+
+    def saved(self) -> None:
+        self.due = False
+
+
 class Checkpointer(keras.callbacks.Callback):
     """Saves a checkpoint every N steps or epochs (rank 0 only; after the state callbacks).
 
-    In local mode a step checkpoint that falls between averaging rounds waits for the
-    next round, so what is saved is always the consensus model. Weights that are not
+    A step checkpoint waits for consensus, and an epoch's last step for the epoch's end
+    (`StepSavePoints`), so what is saved is always the consensus model. Weights that are not
     finite are never saved: the last good checkpoint stays the newest.
     """
 
@@ -224,7 +251,7 @@ class Checkpointer(keras.callbacks.Callback):
         self.unit, self.every = interval
         self.progress = progress
         self.batch_size = batch_size
-        self._due = False
+        self._points = StepSavePoints(self.every, progress) if self.unit == "steps" else None
 
     def _save(self) -> None:
         step = self.progress.steps
@@ -233,23 +260,17 @@ class Checkpointer(keras.callbacks.Callback):
                                    f"Last good checkpoint: {self.store.newest() or 'none'}")
         self.store.save(self.state, SavedProgress(
             TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size))
-        self._due = False
+        if self._points is not None:
+            self._points.saved()
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.unit != "steps":
-            return
-        self._due = self._due or self.progress.steps % self.every == 0
-        # An epoch's last step is saved at the epoch's end, after its line is logged: saved
-        # before, a crash in between would lose that line, as the resumed run starts at
-        # the next epoch.
-        last_of_epoch = batch + 1 == self.params.get("steps")
-        if self._due and self.progress.in_consensus and not last_of_epoch:
+        if self._points is not None and self._points.at_batch_end(batch, self.params.get("steps")):
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
         if self.unit == "epochs" and (epoch + 1) % self.every == 0:
             self._save()
-        elif self.unit == "steps" and self._due and self.progress.in_consensus:
+        elif self._points is not None and self._points.at_epoch_end():
             self._save()
 
 
@@ -261,29 +282,26 @@ class ElasticCommit(keras.callbacks.Callback):
     Place it after the callbacks that log and checkpoint epochs: a commit that lets
     workers in ends this `fit` at once, and an epoch whose end callbacks had not run
     by then would never be logged, since training resumes at the next epoch. For the
-    same reason an epoch's last step is committed at the epoch end, not at batch end.
+    same reason an epoch's last step is committed at the epoch end (`StepSavePoints`).
     `step_log` is flushed first, so no step of the committed stretch goes unlogged.
     """
 
     def __init__(self, state, every: int, progress: TrainingProgress, step_log=None):
         super().__init__()
         self.state = state
-        self.every = every
         self.progress = progress
         self.step_log = step_log
-        self._due = False
+        self._points = StepSavePoints(every, progress)
 
     def _commit(self):
         if self.step_log is not None:
             self.step_log.flush()
         self.state.progress = self.progress.saved()
-        self._due = False
+        self._points.saved()
         self.state.commit()
 
     def on_train_batch_end(self, batch, logs=None):
-        self._due = self._due or self.progress.steps % self.every == 0
-        last_of_epoch = batch + 1 == self.params.get("steps")
-        if self._due and self.progress.in_consensus and not last_of_epoch:
+        if self._points.at_batch_end(batch, self.params.get("steps")):
             self._commit()
 
     def on_epoch_end(self, epoch, logs=None):
