@@ -257,12 +257,7 @@ class LocalSGD(keras.callbacks.Callback):
             logs["round_seconds"] = self.progress.round_seconds
 
     def on_test_begin(self, logs=None):
-        self._sync_pending()
-
-    def reach_consensus(self) -> None:
-        """Make every worker hold the same state now, e.g. before an evaluation within an
-        epoch (a blocking round unless they already do); a collective call."""
-        self._sync_pending()
+        self.reach_consensus()
 
     def on_epoch_end(self, epoch, logs=None):
         if self.timed is not None and not self.timed.stopped:
@@ -272,7 +267,7 @@ class LocalSGD(keras.callbacks.Callback):
                 f"after {self.progress.examples} of the {self.timed.epoch_end} examples that "
                 "end it for the job; give fit endless data (dataset.repeat()) and no "
                 "steps_per_epoch")
-        self._sync_pending()
+        self.reach_consensus()
         if logs is not None:
             logs["averaging_rounds"] = self.rounds
             distances = self._epoch_distances
@@ -283,7 +278,7 @@ class LocalSGD(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         try:
-            self._sync_pending()
+            self.reach_consensus()
         finally:
             self.abandon_rounds()
 
@@ -372,9 +367,10 @@ class LocalSGD(keras.callbacks.Callback):
             elif finished.report is not None:
                 self.adaptive.learn(finished.report)
 
-    def _sync_pending(self) -> None:
-        """One blocking round unless the workers already agree (a round in flight is
-        applied first)."""
+    def reach_consensus(self) -> None:
+        """Make every worker hold the same state now: a round in flight is applied, then a
+        blocking round unless the workers already agree. A collective call; hvdtrain calls
+        it before evaluations (also within an epoch), at epoch ends and at the end."""
         with self._timing_rounds():
             if self._overlapped is not None and self._overlapped.in_flight:
                 started_at = self._overlapped.started_at
