@@ -29,6 +29,10 @@ WARM_STARTS = ("sync", "single")
 # down to this minimum; "auto:N" starts from N. Why these values: README, "--n-sync auto".
 AUTO_INITIAL_PERIOD = 32
 AUTO_MIN_PERIOD = 2
+# Options only local and async modes use, with the values that leave them unused: a sync
+# run refuses anything else, and a sweep's sync runs put them back to these.
+LOCAL_ONLY_DEFAULTS = (("warm_start_steps", 0), ("warm_start", "sync"),
+                       ("outer_optimizer", "none"), ("outer_lr", 1.0), ("outer_momentum", 0.0))
 # The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here
 # so a typo is caught before TensorFlow is imported (tests check they match the registries).
 DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic",
@@ -223,16 +227,14 @@ class TrainConfig:
             choices = _field(name).metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ConfigError(
-                    f"{_flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+                    f"{flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         parse_shape(self.synthetic_shape)
 
         if self.mode not in LOCAL_MODES:
-            for name, default in (("warm_start_steps", 0), ("warm_start", "sync"),
-                                  ("outer_optimizer", "none"),
-                                  ("outer_lr", 1.0), ("outer_momentum", 0.0)):
+            for name, default in LOCAL_ONLY_DEFAULTS:
                 if getattr(self, name) != default:
                     raise ConfigError(
-                        f"{_flag(name)} needs --mode local or async, got {_flag(name)} "
+                        f"{flag(name)} needs --mode local or async, got {flag(name)} "
                         f"{getattr(self, name)} with --mode {self.mode}")
         if self.warm_start == "single" and self.warm_start_steps == 0:
             raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
@@ -373,7 +375,8 @@ def _field(name: str) -> dataclasses.Field:
     return {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
 
 
-def _flag(name: str) -> str:
+def flag(name: str) -> str:
+    """outer_lr -> --outer-lr: the option as users type it."""
     return "--" + name.replace("_", "-")
 
 
@@ -385,7 +388,7 @@ def _coerce(name: str, value: Any) -> Any:
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{_flag(name)} must be true or false, got {value!r}")
+        raise ConfigError(f"{flag(name)} must be true or false, got {value!r}")
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(default, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -394,7 +397,7 @@ def _coerce(name: str, value: Any) -> Any:
         try:
             return float(value)
         except ValueError:
-            raise ConfigError(f"{_flag(name)} must be a number, got {value!r}") from None
+            raise ConfigError(f"{flag(name)} must be a number, got {value!r}") from None
     if name == "n_sync" and isinstance(value, str) and value.strip().isdigit():
         return int(value)  # the CLI gives strings; a YAML file gives 100 or auto
     return value
@@ -410,35 +413,35 @@ def _bucket_spec(cfg: TrainConfig) -> None:
 def _positive_int(cfg: TrainConfig, name: str) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{flag(name)} must be a positive integer, got {value!r}")
 
 
 def _non_negative_int(cfg: TrainConfig, name: str) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{_flag(name)} must be a non-negative integer, got {value!r}")
+        raise ConfigError(f"{flag(name)} must be a non-negative integer, got {value!r}")
 
 
 def _number(cfg: TrainConfig, name: str) -> float:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{_flag(name)} must be a finite number, got {value!r}")
+        raise ConfigError(f"{flag(name)} must be a finite number, got {value!r}")
     return float(value)
 
 
 def _positive_float(cfg: TrainConfig, name: str) -> None:
     if _number(cfg, name) <= 0:
-        raise ConfigError(f"{_flag(name)} must be positive, got {getattr(cfg, name)!r}")
+        raise ConfigError(f"{flag(name)} must be positive, got {getattr(cfg, name)!r}")
 
 
 def _non_negative_float(cfg: TrainConfig, name: str) -> None:
     if _number(cfg, name) < 0:
-        raise ConfigError(f"{_flag(name)} must be zero or positive, got {getattr(cfg, name)!r}")
+        raise ConfigError(f"{flag(name)} must be zero or positive, got {getattr(cfg, name)!r}")
 
 
 def _fraction(cfg: TrainConfig, name: str) -> None:
     if not 0 <= _number(cfg, name) < 1:
-        raise ConfigError(f"{_flag(name)} must be in [0, 1), got {getattr(cfg, name)!r}")
+        raise ConfigError(f"{flag(name)} must be in [0, 1), got {getattr(cfg, name)!r}")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:

@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from hvdtrain.benchmarks.experiments import GridRun, grid
+from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels,
                                                  run_folders, smoothed_rows, thinned)
-from hvdtrain.cli import main
+from hvdtrain.cli import build_parser, main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -40,13 +41,24 @@ def test_async_runs_join_the_grid_with_their_own_names():
 
 
 def test_grid_runs_become_train_options():
-    assert GridRun("w1", 1, None, "cold").train_options(500) == ["--mode", "sync"]
+    assert GridRun("w1", 1, None, "cold").train_options(500)[:2] == ["--mode", "sync"]
     assert GridRun("w2-n10-cold", 2, 10, "cold").train_options(500) == [
         "--mode", "local", "--n-sync", "10"]
     assert GridRun("w2-n10-warm", 2, 10, "warm").train_options(500) == [
         "--mode", "local", "--n-sync", "10", "--warm-start-steps", "500", "--warm-start", "sync"]
     assert GridRun("w2-n10-single", 2, 10, "single").train_options(500) == [
         "--mode", "local", "--n-sync", "10", "--warm-start-steps", "500", "--warm-start", "single"]
+
+
+def test_a_sweeps_sync_run_drops_the_outer_optimizer_its_local_runs_share():
+    # Sync refuses an outer optimizer, so a sweep's shared --outer-optimizer is for its
+    # local runs only: its sync run must still get a valid config.
+    options = GridRun("w8-sync", 8, None, "cold").train_options(500)
+    args = build_parser().parse_args(["train", *options])
+    cli = {name: getattr(args, name) for name in TrainConfig.field_names() if hasattr(args, name)}
+    cli = {name: value for name, value in cli.items() if value is not None}
+    cfg = load_config(None, {"outer_optimizer": "slowmo", "outer_momentum": 0.5, **cli})
+    assert (cfg.mode, cfg.outer_optimizer, cfg.outer_momentum) == ("sync", "none", 0.0)
 
 
 def _curve(name, workers, n_sync=1, warm=0, errors=(0.9, 0.7, 0.5, 0.3), warm_start="sync"):

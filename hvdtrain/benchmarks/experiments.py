@@ -23,8 +23,8 @@ from hvdtrain.benchmarks.links import check_link_options, over_link
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
-from hvdtrain.config import (MODES, TrainConfig, load_config, parse_choice_list,
-                             parse_int_list, parse_n_sync)
+from hvdtrain.config import (LOCAL_ONLY_DEFAULTS, MODES, TrainConfig, flag, load_config,
+                             parse_choice_list, parse_int_list, parse_n_sync)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
@@ -52,7 +52,9 @@ class GridRun:
 
     def train_options(self, warm_start_steps: int) -> list[str]:
         if self.n_sync is None:
-            return ["--mode", "sync"]
+            # The shared options may set an outer optimizer for the local runs.
+            return ["--mode", "sync", *(option for name, default in LOCAL_ONLY_DEFAULTS
+                                        for option in (flag(name), str(default)))]
         options = ["--mode", self.mode, "--n-sync", str(self.n_sync)]
         if self.start in WARM_START_OF:
             options += ["--warm-start-steps", str(warm_start_steps),
@@ -145,7 +147,8 @@ def _row(run: GridRun, run_dir: str, window: int) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in BASE_OPTIONS if hasattr(args, name)}
-    base = load_config(args.config, overrides)
+    # Checked as a local run's options, since only those take them all (outer optimizers).
+    base = load_config(args.config, {**overrides, "mode": "local"})
     starts = parse_choice_list(args.start, "--start", STARTS)
     runs = grid(parse_int_list(args.workers, "--workers"), parse_period_list(args.n_sync),
                 starts, tuple(parse_choice_list(args.modes, "--modes", MODES)))
