@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from hvdtrain.benchmarks.experiments import GridRun, grid
+from hvdtrain.benchmarks.experiments import GridRun, _failure, grid
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels,
                                                  run_folders, smoothed_rows, thinned)
@@ -217,3 +217,11 @@ def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset
     # Started again, a finished sweep trains nothing and rewrites its tables.
     again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0 and "sweep run" not in again.stdout
+
+
+def test_a_failed_sweep_run_is_reported_by_its_first_error_the_cause(tmp_path):
+    log = tmp_path / "w8.log"
+    log.write_text("[4]<stderr>:hvdtrain: error: loss is nan at step 82; stopping.\n"
+                   "[0]<stderr>:hvdtrain: error: worker 0 lost a peer after step 88: ...\n")
+    error = _failure(GridRun("w8", 8, 10, "cold"), 1, str(log))
+    assert "failed (exit 1): loss is nan at step 82" in str(error) and "lost a peer" not in str(error)

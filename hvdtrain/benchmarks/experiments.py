@@ -132,7 +132,8 @@ def _failure(run: GridRun, code: int, log_path: str) -> HvdtrainError:
         with open(log_path, encoding="utf-8", errors="replace") as fh:
             errors = [line.split("hvdtrain: error: ", 1)[1].strip() for line in fh
                       if "hvdtrain: error: " in line]
-        reason = f": {errors[-1]}" if errors else ""
+        # The first error is the cause; the others are workers that lost it as a peer.
+        reason = f": {errors[0]}" if errors else ""
     return HvdtrainError(f"sweep run {run.name} failed (exit {code}){reason}; log: {log_path}")
 
 
