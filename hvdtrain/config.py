@@ -29,6 +29,11 @@ WARM_STARTS = ("sync", "single")
 # down to this minimum; "auto:N" starts from N. Why these values: README, "--n-sync auto".
 AUTO_INITIAL_PERIOD = 32
 AUTO_MIN_PERIOD = 2
+# Local and async defaults chosen from time-to-accuracy runs at 4 and 8 workers
+# (BENCHMARKS.md, "Time to accuracy"): a round every 10 steps that also averages the
+# momentum, with local steps at no more than 4 workers' linearly scaled rate.
+DEFAULT_N_SYNC = 10
+DEFAULT_LOCAL_LR_WORKERS = 4
 # Options only local and async modes use, with the values that leave them unused: a sync
 # run refuses anything else, and a sweep's sync runs put them back to these.
 LOCAL_ONLY_DEFAULTS = (("warm_start_steps", 0), ("warm_start", "sync"),
@@ -80,6 +85,11 @@ class TrainConfig:
         0.1, "learning rate for a global batch of 256; scaled linearly to the real global batch")
     warmup_epochs: float = _opt(
         0.5, "epochs over which the rate ramps linearly from the one-worker rate to the scaled rate")
+    local_lr_workers: int = _opt(
+        DEFAULT_LOCAL_LR_WORKERS,
+        "local and async modes: the linear scaling rule counts at most this many workers "
+        "(0: all of them), since a local step trains on one worker's batch: at 8 workers the "
+        "fully scaled rate made LeNet's local steps diverge where sync's did not")
     lr_decay: str = _opt("cosine", "decay after warmup", LR_DECAYS)
     momentum: float = _opt(0.9, "SGD momentum (0 for plain SGD)")
     nesterov: bool = _opt(False, "use Nesterov momentum with SGD")
@@ -95,7 +105,7 @@ class TrainConfig:
                 "(CoCoD-SGD); epoch ends, evaluation and checkpoints wait for one blocking round",
         MODES)
     n_sync: int | str = _opt(
-        100, "local and async modes: local steps between two weight averagings; auto: the "
+        DEFAULT_N_SYNC, "local and async modes: local steps between two weight averagings; auto: the "
               "period adapts to training, AdaComm's rule ceil(sqrt(loss / first loss) * 32) "
               "on the workers' averaged training loss since the last round, set anew at "
               "every round and never below 2 (auto:N starts from N)")
@@ -116,7 +126,9 @@ class TrainConfig:
     average_bn_stats: bool = _opt(
         True, "local mode: average BatchNorm moving statistics at each sync")
     average_optimizer_state: bool = _opt(
-        False, "local mode: also average optimizer slots (momentum, Adam moments) at each sync")
+        True, "local mode: also average optimizer slots (momentum, Adam moments) at each sync, "
+              "so no worker keeps pushing along its own momentum after a round (twice the "
+              "bytes of a round for SGD with momentum)")
     outer_optimizer: str = _opt(
         "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS)
     outer_lr: float = _opt(1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging")
@@ -211,6 +223,7 @@ class TrainConfig:
         if self.train_examples is not None:
             _positive_int(self, "train_examples")
         _non_negative_int(self, "warm_start_steps")
+        _non_negative_int(self, "local_lr_workers")
         _non_negative_int(self, "eval_every")
         if self.eval_examples is not None:
             _positive_int(self, "eval_examples")

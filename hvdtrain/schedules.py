@@ -24,7 +24,8 @@ def scaled_lr(base_lr: float, global_batch: int) -> float:
 class ScheduleSpec:
     """A schedule in optimizer steps of `workers` × `per_worker_batch` examples.
 
-    `step_offset` is added to the optimizer's step count: a run that continues with a
+    The rate is scaled to `lr_workers` × `per_worker_batch` (0: `workers`); local SGD
+    counts fewer workers than it has (`lr_scaling_workers`). `step_offset` is added to the optimizer's step count: a run that continues with a
     different number of workers (elastic, or resumed with another -np) starts its new
     schedule at the position its examples so far correspond to, so step counts (and
     the warmup and total lengths) may be fractional.
@@ -37,10 +38,11 @@ class ScheduleSpec:
     total_steps: float
     decay: str = "cosine"
     step_offset: float = 0.0
+    lr_workers: int = 0
 
     @property
     def peak_lr(self) -> float:
-        return scaled_lr(self.base_lr, self.per_worker_batch * self.workers)
+        return scaled_lr(self.base_lr, self.per_worker_batch * (self.lr_workers or self.workers))
 
     @property
     def initial_lr(self) -> float:
@@ -48,9 +50,17 @@ class ScheduleSpec:
         return scaled_lr(self.base_lr, self.per_worker_batch)
 
 
+def lr_scaling_workers(workers: int, local_steps: bool, cap: int) -> int:
+    """The workers the linear scaling rule counts: all of them when gradients are
+    averaged every step; at most `cap` (0: no cap) when workers take local steps, each
+    of which sees one worker's batch however many workers there are."""
+    return min(workers, cap) if local_steps and cap > 0 else workers
+
+
 def schedule_in_examples(base_lr: float, per_worker_batch: int, workers: int,
                          warmup_examples: float, total_examples: float, decay: str,
-                         examples_done: int, steps_done: int) -> ScheduleSpec:
+                         examples_done: int, steps_done: int,
+                         lr_workers: int = 0) -> ScheduleSpec:
     """The schedule for the current workers of a run whose lengths are in examples.
 
     After `steps_done` optimizer steps that consumed `examples_done` examples, step
@@ -59,7 +69,7 @@ def schedule_in_examples(base_lr: float, per_worker_batch: int, workers: int,
     global_batch = per_worker_batch * workers
     return ScheduleSpec(base_lr, per_worker_batch, workers, warmup_examples / global_batch,
                         total_examples / global_batch, decay,
-                        examples_done / global_batch - steps_done)
+                        examples_done / global_batch - steps_done, lr_workers)
 
 
 def learning_rate_at(step: int, spec: ScheduleSpec) -> float:

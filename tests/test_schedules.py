@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from hvdtrain.schedules import ScheduleSpec, learning_rate_at, scaled_lr, schedule_in_examples
+from hvdtrain.schedules import (ScheduleSpec, learning_rate_at, lr_scaling_workers, scaled_lr,
+                                schedule_in_examples)
 
 SPEC = ScheduleSpec(base_lr=0.1, per_worker_batch=64, workers=4, warmup_steps=100,
                     total_steps=1100, decay="cosine")
@@ -52,6 +53,17 @@ def test_schedule_in_examples_continues_at_the_same_position_after_the_workers_c
     assert after.peak_lr == before.peak_lr / 2  # linear scaling follows the global batch
 
 
+def test_local_steps_scale_the_rate_to_at_most_the_capped_workers():
+    assert lr_scaling_workers(8, local_steps=False, cap=4) == 8   # sync: the global batch
+    assert lr_scaling_workers(8, local_steps=True, cap=4) == 4
+    assert lr_scaling_workers(2, local_steps=True, cap=4) == 2
+    assert lr_scaling_workers(8, local_steps=True, cap=0) == 8    # 0: no cap
+    # 8 workers of 64 that count as 4: the rate of a batch of 256, over the steps of 8.
+    spec = schedule_in_examples(0.1, 64, 8, 5120, 51200, "cosine", 0, 0, lr_workers=4)
+    assert (spec.peak_lr, spec.initial_lr) == pytest.approx((0.1, 0.025))
+    assert (spec.warmup_steps, spec.total_steps) == (10, 100)
+
+
 @pytest.mark.parametrize("decay", ["cosine", "step", "constant"])
 def test_keras_schedule_matches_pure_function(decay):
     import keras
@@ -59,7 +71,7 @@ def test_keras_schedule_matches_pure_function(decay):
 
     from hvdtrain.keras.schedule import WarmupDecaySchedule
 
-    spec = ScheduleSpec(0.1, 32, 8, 37.5, 400.25, decay, step_offset=-2.5)
+    spec = ScheduleSpec(0.1, 32, 8, 37.5, 400.25, decay, step_offset=-2.5, lr_workers=6)
     schedule = WarmupDecaySchedule.from_spec(spec)
     for step in (0, 1, 20, 36, 37, 38, 200, 300, 399, 400, 450):
         assert float(schedule(tf.constant(step))) == pytest.approx(
@@ -68,3 +80,18 @@ def test_keras_schedule_matches_pure_function(decay):
         keras.optimizers.schedules.serialize(schedule))
     assert clone.spec == spec
     assert math.isclose(float(clone(tf.constant(10))), learning_rate_at(10, spec), rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("mode, cap, peak", [("sync", 4, 0.2), ("local", 4, 0.1),
+                                             ("async", 4, 0.1), ("local", 0, 0.2)])
+def test_a_runs_world_caps_the_rate_of_local_steps_only(monkeypatch, mode, cap, peak):
+    from hvdtrain import comm
+    from hvdtrain.config import TrainConfig
+    from hvdtrain.progress import TrainingProgress
+    from hvdtrain.training.world import current_world
+
+    monkeypatch.setattr(comm, "size", lambda: 8)
+    monkeypatch.setattr(comm, "rank", lambda: 0)
+    cfg = TrainConfig(mode=mode, local_lr_workers=cap, base_lr=0.1, batch_size=64)
+    world = current_world(cfg, TrainingProgress(epoch_examples=5120))
+    assert world.global_batch == 512 and world.schedule.peak_lr == pytest.approx(peak)

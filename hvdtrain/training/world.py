@@ -13,7 +13,7 @@ from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.progress import TrainingProgress, epoch_length
-from hvdtrain.schedules import ScheduleSpec, schedule_in_examples
+from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     epoch_examples = progress.epoch_examples
     schedule = schedule_in_examples(
         cfg.base_lr, cfg.batch_size, workers, cfg.warmup_epochs * epoch_examples,
-        cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps)
+        cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps,
+        lr_scaling_workers(workers, cfg.mode in LOCAL_MODES, cfg.local_lr_workers))
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
 
 
