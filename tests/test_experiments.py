@@ -172,6 +172,8 @@ def test_plot_rejects_folders_without_steps_and_bad_windows_in_one_line(tmp_path
     (["--window", "-5"], "--window must be a positive number of minibatches, got -5"),
     (["--batch-size", "0"], "--batch-size must be a positive integer"),
     (["--hostfile", "/nonexistent"], "--hostfile not found: /nonexistent"),
+    (["--hosts", "2", "--workers", "2,4"], "--workers 4 needs as many hosts, one worker each"),
+    (["--hosts", "2", "--hostfile", __file__], "--hosts makes its own emulated hosts"),
 ])
 def test_bad_sweep_options_exit_non_zero_before_any_run(argv, message, tmp_path, capsys):
     assert main(["sweep", "--out", str(tmp_path / "sweep"), *argv]) == 2

@@ -8,8 +8,8 @@ import os
 import sys
 import time
 
-from hvdtrain.benchmarks.launching import horovodrun_command, on_emulated_hosts, run_job
-from hvdtrain.benchmarks.links import check_link_options, over_link
+from hvdtrain.benchmarks.launching import run_job
+from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_command, topology
 from hvdtrain.benchmarks.scaling import (add_scaling, overhead_against_reference,
                                          ratios_to_reference)
 from hvdtrain.buckets import parse_bucket_spec
@@ -101,11 +101,7 @@ def add_parser(commands) -> None:
                              "shaped to RATE (tc units: 10gbit, 1gbit, 100mbit), to emulate "
                              "links between nodes, zones or regions; needs root "
                              "(default: the unshaped loopback)")
-    parser.add_argument("--hosts", type=int, default=None, metavar="N",
-                        help="run each job on an emulated cluster of N hosts (hvdtrain cluster: "
-                             "root, sshd), one worker per host, each with its own NIC at "
-                             "--link-rate, launched over ssh; --workers defaults to N "
-                             "(default: all workers on this machine)")
+    add_hosts_option(parser, "job", "; --workers defaults to N")
     parser.add_argument("--slow-rank", default=None, metavar="RANK:FACTOR",
                         help="make one worker's steps FACTOR times slower (1:2: rank 1 at half "
                              "speed), as a slower GPU or a noisy neighbour would; rounds and "
@@ -190,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag} starts its own jobs: run hvdtrain bench without "
                               "horovodrun around it")
         return _measure_this_job(args, setups, workers)
-    workers = _check_where(args, workers)
+    workers = check_where(args, workers)
     out = args.out or _default_out(cfg.model)
     os.makedirs(out, exist_ok=True)
     plan_path = os.path.join(out, "plan.json")
@@ -203,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         log_path = os.path.join(out, f"bench-w{count}.log")
         print(f"hvdtrain: benchmarking {cfg.model} on {count} worker(s); log: {log_path}", flush=True)
         command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", plan_path, results_path]
-        result = run_job(_job_command(args, count, command), log_path)
+        result = run_job(job_command(args, count, command), log_path)
         if result.returncode != 0 or not os.path.exists(results_path):
             raise HvdtrainError(f"the {count}-worker benchmark job failed (exit "
                                 f"{result.returncode}); see {log_path}")
@@ -213,49 +209,6 @@ def run(args: argparse.Namespace) -> int:
         host = results["machine"]
     _report(rows, host, out, args.link_rate, topology(args.hosts, args.link_rate, args.hostfile))
     return 0
-
-
-def _check_where(args, workers: list[int] | None) -> list[int] | None:
-    """Where the jobs run (this machine, --hostfile or --hosts) checked in one line each;
-    the worker counts, --hosts' own by default."""
-    if args.hostfile and not os.path.isfile(args.hostfile):
-        raise ConfigError(f"--hostfile not found: {args.hostfile}")
-    if args.hosts is None:
-        check_link_options(args.link_rate, args.hostfile)
-        return workers
-    from hvdtrain.cluster.requirements import check_all
-    from hvdtrain.cluster.topology import plan_hosts
-
-    if args.hostfile:
-        raise ConfigError(f"--hosts makes its own emulated hosts; it cannot also use --hostfile "
-                          f"{args.hostfile}")
-    plan_hosts(args.hosts, args.link_rate)  # a bad count or rate, in one line
-    workers = workers or [args.hosts]
-    if max(workers) > args.hosts:
-        raise ConfigError(f"--workers {max(workers)} needs as many hosts, one worker each; "
-                          f"got --hosts {args.hosts}")
-    check_all()
-    return workers
-
-
-def _job_command(args, count: int, command: list[str]) -> list[str]:
-    if args.hosts is not None:
-        return on_emulated_hosts(count, command, args.hosts, args.link_rate)
-    return over_link(horovodrun_command(count, command, args.hostfile), args.link_rate)
-
-
-def topology(hosts: int | None, link_rate: str | None, hostfile: str | None = None) -> dict:
-    """Where the workers ran and which link each one's traffic crossed, for bench.json
-    and for predict --check: a NIC per worker, or one loopback that all of them share."""
-    if hosts is not None:
-        from hvdtrain.cluster.topology import describe, plan_hosts
-
-        return {"kind": "emulated-hosts", "workers_per_link": 1,
-                "hosts": describe(plan_hosts(hosts, link_rate))}
-    if hostfile:
-        return {"kind": "hostfile", "hostfile": os.path.abspath(hostfile)}
-    return {"kind": "shared-loopback" if link_rate else "this-machine",
-            "workers_per_link": "all"}
 
 
 def _default_out(model: str) -> str:

@@ -18,10 +18,10 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from hvdtrain.benchmarks.launching import horovodrun_command, run_job, tool
-from hvdtrain.benchmarks.links import check_link_options, over_link
+from hvdtrain.benchmarks.launching import run_job, tool
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
+from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_command, topology
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
 from hvdtrain.config import (LOCAL_ONLY_DEFAULTS, MODES, TrainConfig, flag, load_config,
                              parse_choice_list, parse_int_list, parse_n_sync)
@@ -119,6 +119,7 @@ def add_parser(commands) -> None:
                         help="train every run over an emulated link: a private network namespace "
                              "whose loopback is shaped to RATE (tc units: 10gbit, 1gbit, "
                              "100mbit); needs root (default: the unshaped loopback)")
+    add_hosts_option(parser, "run")
     parser.add_argument("--config", metavar="FILE.yaml", default=None,
                         help="training options shared by every run; the options below override it")
     add_config_options(parser, BASE_OPTIONS)
@@ -151,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
     # Checked as a local run's options, since only those take them all (outer optimizers).
     base = load_config(args.config, {**overrides, "mode": "local"})
     starts = parse_choice_list(args.start, "--start", STARTS)
-    runs = grid(parse_int_list(args.workers, "--workers"), parse_period_list(args.n_sync),
+    workers = check_where(args, parse_int_list(args.workers, "--workers"))
+    runs = grid(workers, parse_period_list(args.n_sync),
                 starts, tuple(parse_choice_list(args.modes, "--modes", MODES)))
     if args.target is not None and not 0 < args.target <= 1:
         raise ConfigError(f"--target must be an accuracy in (0, 1], got {args.target}")
@@ -160,9 +162,6 @@ def run(args: argparse.Namespace) -> int:
     if set(starts) & set(WARM_START_OF) and args.warm_start_steps <= 0:
         raise ConfigError(f"--warm-start-steps must be positive for a warm or single start, "
                           f"got {args.warm_start_steps}")
-    if args.hostfile and not os.path.isfile(args.hostfile):
-        raise ConfigError(f"--hostfile not found: {args.hostfile}")
-    check_link_options(args.link_rate, args.hostfile)
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     base_path = os.path.join(args.out, "base.yaml")
     files.atomic_write(base_path, base.save_yaml)
@@ -176,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
                   flush=True)
             command = [tool("hvdtrain"), "train", "--config", base_path,
                        *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
-            result = run_job(over_link(horovodrun_command(grid_run.workers, command,
-                                                          args.hostfile), args.link_rate), log_path)
+            result = run_job(job_command(args, grid_run.workers, command), log_path)
             if result.returncode != 0:
                 raise _failure(grid_run, result.returncode, log_path)
         rows.append(_row(grid_run, run_dir, args.window))
@@ -186,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     files.write_json(os.path.join(args.out, "sweep.json"),
                           {"base_config": base.to_dict(), "window": args.window,
                            "link_rate": args.link_rate,
+                           "topology": topology(args.hosts, args.link_rate, args.hostfile),
                            "warm_start_steps": args.warm_start_steps, "runs": rows})
     files.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
     targets = {row["target"] for row in rows if row["workers"] > 1 and row["target"] != ""}
