@@ -279,6 +279,27 @@ def test_hvdtrain_train_on_two_hosts_over_ssh_then_nothing_is_left(tmp_path, idx
     assert_nothing_left(record)
 
 
+@needs_cluster
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.cluster
+def test_a_sweep_runs_each_job_on_emulated_hosts_a_worker_each(tmp_path, idx_dataset_dir):
+    # The same placement as bench --hosts: hvdtrain cluster, then horovodrun over ssh.
+    out = tmp_path / "sweep"
+    result = subprocess.run(
+        [HVDTRAIN, "sweep", "--out", str(out), "--workers", "2", "--hosts", "2", "--link-rate",
+         "1gbit", "--modes", "sync,local", "--n-sync", "2", "--start", "cold", "--epochs", "1",
+         "--steps-per-epoch", "4", "--batch-size", "16", "--data-dir", idx_dataset_dir,
+         "--log-every", "0"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["topology"]["kind"] == "emulated-hosts"
+    assert [h["name"] for h in sweep["topology"]["hosts"]] == ["h1", "h2"]
+    for run in ("w2-sync", "w2-n2-cold"):
+        summary = json.loads((out / "runs" / run / "summary.json").read_text())
+        assert (summary["workers"], summary["total_steps"]) == (2, 4)
+
+
 @pytest.fixture(scope="module")
 def four_hosts(tmp_path_factory):
     """sync, local and async trainings in one Horovod job over 4 hosts, a worker each."""
