@@ -207,5 +207,6 @@ def test_bytes_count_the_state_and_the_report_of_every_round(results, mode):
     summary = json.loads(str(results[mode][0]["summary"]))
     rounds = summary["averaging_rounds"]
     per_round = summary["bytes_allreduced"] / rounds
-    # LeNet's float32 state (weights; no BatchNorm) plus a float64 report of 3 numbers.
-    assert per_round == 4 * summary["parameters"] + 8 * 3
+    # LeNet's float32 state (weights and their momentum, averaged by default; no
+    # BatchNorm) plus a float64 report of 3 numbers.
+    assert per_round == 4 * 2 * summary["parameters"] + 8 * 3
