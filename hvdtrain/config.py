@@ -105,10 +105,11 @@ class TrainConfig:
                 "(CoCoD-SGD); epoch ends, evaluation and checkpoints wait for one blocking round",
         MODES)
     n_sync: int | str = _opt(
-        DEFAULT_N_SYNC, "local and async modes: local steps between two weight averagings; auto: the "
-              "period adapts to training, AdaComm's rule ceil(sqrt(loss / first loss) * 32) "
-              "on the workers' averaged training loss since the last round, set anew at "
-              "every round and never below 2 (auto:N starts from N)")
+        DEFAULT_N_SYNC,
+        "local and async modes: local steps between two weight averagings; auto: the "
+        "period adapts to training, AdaComm's rule ceil(sqrt(loss / first loss) * 32) "
+        "on the workers' averaged training loss since the last round, set anew at "
+        "every round and never below 2 (auto:N starts from N)")
     sync_seconds: float | None = _opt(
         None, "local and async modes: average every this many seconds of each worker's wall "
               "time instead of every --n-sync steps, so a faster worker takes more steps; an "
@@ -239,15 +240,15 @@ class TrainConfig:
                      "warm_start"):
             choices = _field(name).metadata["choices"]
             if getattr(self, name) not in choices:
-                raise ConfigError(
-                    f"{flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+                raise ConfigError(f"{option_flag(name)} must be one of {', '.join(choices)}, "
+                                  f"got {getattr(self, name)!r}")
         parse_shape(self.synthetic_shape)
 
         if self.mode not in LOCAL_MODES:
             for name, default in LOCAL_ONLY_DEFAULTS:
                 if getattr(self, name) != default:
                     raise ConfigError(
-                        f"{flag(name)} needs --mode local or async, got {flag(name)} "
+                        f"{option_flag(name)} needs --mode local or async, got {option_flag(name)} "
                         f"{getattr(self, name)} with --mode {self.mode}")
         if self.warm_start == "single" and self.warm_start_steps == 0:
             raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
@@ -388,7 +389,7 @@ def _field(name: str) -> dataclasses.Field:
     return {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
 
 
-def flag(name: str) -> str:
+def option_flag(name: str) -> str:
     """outer_lr -> --outer-lr: the option as users type it."""
     return "--" + name.replace("_", "-")
 
@@ -401,7 +402,7 @@ def _coerce(name: str, value: Any) -> Any:
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{flag(name)} must be true or false, got {value!r}")
+        raise ConfigError(f"{option_flag(name)} must be true or false, got {value!r}")
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(default, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -410,7 +411,7 @@ def _coerce(name: str, value: Any) -> Any:
         try:
             return float(value)
         except ValueError:
-            raise ConfigError(f"{flag(name)} must be a number, got {value!r}") from None
+            raise ConfigError(f"{option_flag(name)} must be a number, got {value!r}") from None
     if name == "n_sync" and isinstance(value, str) and value.strip().isdigit():
         return int(value)  # the CLI gives strings; a YAML file gives 100 or auto
     return value
@@ -426,35 +427,36 @@ def _bucket_spec(cfg: TrainConfig) -> None:
 def _positive_int(cfg: TrainConfig, name: str) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{flag(name)} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{option_flag(name)} must be a positive integer, got {value!r}")
 
 
 def _non_negative_int(cfg: TrainConfig, name: str) -> None:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{flag(name)} must be a non-negative integer, got {value!r}")
+        raise ConfigError(f"{option_flag(name)} must be a non-negative integer, got {value!r}")
 
 
 def _number(cfg: TrainConfig, name: str) -> float:
     value = getattr(cfg, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{flag(name)} must be a finite number, got {value!r}")
+        raise ConfigError(f"{option_flag(name)} must be a finite number, got {value!r}")
     return float(value)
 
 
 def _positive_float(cfg: TrainConfig, name: str) -> None:
     if _number(cfg, name) <= 0:
-        raise ConfigError(f"{flag(name)} must be positive, got {getattr(cfg, name)!r}")
+        raise ConfigError(f"{option_flag(name)} must be positive, got {getattr(cfg, name)!r}")
 
 
 def _non_negative_float(cfg: TrainConfig, name: str) -> None:
     if _number(cfg, name) < 0:
-        raise ConfigError(f"{flag(name)} must be zero or positive, got {getattr(cfg, name)!r}")
+        raise ConfigError(
+            f"{option_flag(name)} must be zero or positive, got {getattr(cfg, name)!r}")
 
 
 def _fraction(cfg: TrainConfig, name: str) -> None:
     if not 0 <= _number(cfg, name) < 1:
-        raise ConfigError(f"{flag(name)} must be in [0, 1), got {getattr(cfg, name)!r}")
+        raise ConfigError(f"{option_flag(name)} must be in [0, 1), got {getattr(cfg, name)!r}")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:

@@ -25,7 +25,9 @@ class ScheduleSpec:
     """A schedule in optimizer steps of `workers` × `per_worker_batch` examples.
 
     The rate is scaled to `lr_workers` × `per_worker_batch` (0: `workers`); local SGD
-    counts fewer workers than it has (`lr_scaling_workers`). `step_offset` is added to the optimizer's step count: a run that continues with a
+    counts fewer workers than it has (`lr_scaling_workers`).
+
+    `step_offset` is added to the optimizer's step count: a run that continues with a
     different number of workers (elastic, or resumed with another -np) starts its new
     schedule at the position its examples so far correspond to, so step counts (and
     the warmup and total lengths) may be fractional.
