@@ -23,7 +23,7 @@ test: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not cluster" $(PYTEST_ARGS)
 
 # Horovod jobs on an emulated cluster (hvdtrain cluster: root, namespaces, sshd); about
-# 5 to 8 minutes here (13 tests, 2 cores). CI runs it after `make test`; skipped, with the reason, without root.
+# 5 to 8 minutes here (14 tests, 2 cores). CI runs it after `make test`; skipped, with the reason, without root.
 test-cluster: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster $(PYTEST_ARGS)
 
