@@ -29,10 +29,11 @@ WARM_STARTS = ("sync", "single")
 # down to this minimum; "auto:N" starts from N. Why these values: README, "--n-sync auto".
 AUTO_INITIAL_PERIOD = 32
 AUTO_MIN_PERIOD = 2
-# Local and async defaults chosen from time-to-accuracy runs at 4 and 8 workers
-# (BENCHMARKS.md, "Time to accuracy"): a round every 10 steps that also averages the
-# momentum, with local steps at no more than 4 workers' linearly scaled rate.
-DEFAULT_N_SYNC = 10
+# Local and async defaults chosen from time-to-accuracy runs at 2, 4 and 8 workers
+# (BENCHMARKS.md, "Time to accuracy"): a round after every 40 local steps summed over the
+# workers (10 steps at 4 workers, 5 at 8), averaging the momentum too, with local steps at
+# no more than 4 workers' linearly scaled rate. A fixed period fell behind at 8 workers.
+DEFAULT_N_SYNC = "40/workers"
 DEFAULT_LOCAL_LR_WORKERS = 4
 # Options only local and async modes use, with the values that leave them unused: a sync
 # run refuses anything else, and a sweep's sync runs put them back to these.
@@ -106,7 +107,9 @@ class TrainConfig:
         MODES)
     n_sync: int | str = _opt(
         DEFAULT_N_SYNC,
-        "local and async modes: local steps between two weight averagings; auto: the "
+        "local and async modes: local steps between two weight averagings; N/workers: "
+        "ceil(N / workers) steps, so the local steps between rounds summed over the workers "
+        "stay N whatever -np is (the default: 10 at 4 workers, 5 at 8); auto: the "
         "period adapts to training, AdaComm's rule ceil(sqrt(loss / first loss) * 32) "
         "on the workers' averaged training loss since the last round, set anew at "
         "every round and never below 2 (auto:N starts from N)")
@@ -305,21 +308,45 @@ class AutoPeriod:
     minimum: int = AUTO_MIN_PERIOD
 
 
-def parse_n_sync(value: Any) -> int | AutoPeriod:
-    """100, "100" -> 100; "auto" -> AutoPeriod(); "auto:48" -> AutoPeriod(48); anything
-    else raises ConfigError naming the value."""
-    text = str(value).strip().lower()
+@dataclass(frozen=True)
+class PerWorkerPeriod:
+    """--n-sync 40/workers: a period that shrinks as workers are added, so that the local
+    steps taken between two rounds, summed over the workers, stay about `worker_steps`.
+    More workers drift apart faster (each local step moves one worker's copy only), so a
+    fixed period that suits 4 workers left 8 more than a point behind sync."""
+
+    worker_steps: int
+
+    def steps(self, workers: int) -> int:
+        """ceil(worker_steps / workers), at least 1: 40/workers gives 20, 10, 5 and 3 steps
+        at 2, 4, 8 and 16 workers."""
+        return max(1, -(-self.worker_steps // max(1, workers)))
+
+
+def parse_n_sync(value: Any) -> int | AutoPeriod | PerWorkerPeriod:
+    """100, "100" -> 100; "auto" -> AutoPeriod(); "auto:48" -> AutoPeriod(48);
+    "40/workers" -> PerWorkerPeriod(40); anything else raises ConfigError naming the value."""
+    text = str(value).strip().lower().replace(" ", "")
     if isinstance(value, bool):
         text = ""
-    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?", text)
+    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?|(\d+)/workers?", text)
+    if match and match.group(3) and int(match.group(3)) > 0:
+        return PerWorkerPeriod(int(match.group(3)))
     if match and match.group(1) and int(match.group(1)) > 0:
         return int(match.group(1))
-    if match and not match.group(1):
+    if match and not match.group(1) and not match.group(3):
         initial = int(match.group(2)) if match.group(2) else AUTO_INITIAL_PERIOD
         if initial > 0:
             return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial))
-    raise ConfigError(f"--n-sync must be a positive integer, got {value!r} (or auto, or "
-                      "auto:N to start the adaptive period at N)")
+    raise ConfigError(f"--n-sync must be a positive integer, got {value!r} (or N/workers, "
+                      "auto, or auto:N to start the adaptive period at N)")
+
+
+def period_for(value: Any, workers: int) -> int | AutoPeriod:
+    """The period a run of `workers` workers uses: N/workers resolved, anything else as
+    `parse_n_sync` reads it."""
+    period = parse_n_sync(value)
+    return period.steps(workers) if isinstance(period, PerWorkerPeriod) else period
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -405,6 +432,8 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(f"{option_flag(name)} must be true or false, got {value!r}")
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if name == "n_sync":  # the CLI gives strings; a YAML file gives 100, auto or 40/workers
+        return int(value) if isinstance(value, str) and value.strip().isdigit() else value
     if isinstance(default, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:g}"  # a number in YAML for a field that also takes words (bucket_mb)
     if isinstance(default, float) and isinstance(value, str):
@@ -412,8 +441,6 @@ def _coerce(name: str, value: Any) -> Any:
             return float(value)
         except ValueError:
             raise ConfigError(f"{option_flag(name)} must be a number, got {value!r}") from None
-    if name == "n_sync" and isinstance(value, str) and value.strip().isdigit():
-        return int(value)  # the CLI gives strings; a YAML file gives 100 or auto
     return value
 
 

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from hvdtrain.averaging import adacomm_period
-from hvdtrain.config import AUTO_INITIAL_PERIOD, AutoPeriod, load_config, parse_n_sync
+from hvdtrain.config import (AUTO_INITIAL_PERIOD, AutoPeriod, PerWorkerPeriod, load_config,
+                             parse_n_sync, period_for)
 from hvdtrain.errors import ConfigError
 from hvdtrain.round_triggers import AdaptivePeriod, LossSinceRound
 
@@ -73,7 +74,23 @@ def test_n_sync_takes_a_number_or_auto(value, expected):
     assert AutoPeriod().initial == AUTO_INITIAL_PERIOD
 
 
-@pytest.mark.parametrize("value", [0, "0", -3, 2.5, "often", "auto:0", "auto:", True])
+@pytest.mark.parametrize("value, workers, steps", [
+    ("40/workers", 1, 40), ("40/workers", 2, 20), ("40/Workers", 3, 14), ("40/workers", 4, 10),
+    ("40 / workers", 8, 5), ("40/workers", 16, 3), ("40/worker", 64, 1), ("7/workers", 2, 4),
+])
+def test_a_period_per_worker_comes_to_the_ceiling_of_n_over_workers(value, workers, steps):
+    assert parse_n_sync(value) == PerWorkerPeriod(int(value.split("/")[0]))
+    assert period_for(value, workers) == steps
+    assert period_for(12, workers) == 12 and period_for("auto", workers) == AutoPeriod()
+
+
+def test_local_and_async_runs_default_to_forty_local_steps_over_the_workers():
+    assert load_config(None, {"mode": "local"}).n_sync == "40/workers"
+    assert load_config(None, {"mode": "async", "n_sync": "80/workers"}).n_sync == "80/workers"
+
+
+@pytest.mark.parametrize("value", [0, "0", -3, 2.5, "often", "auto:0", "auto:", True,
+                                   "0/workers", "40/hosts", "/workers"])
 def test_a_bad_n_sync_is_named_in_one_line(value):
     with pytest.raises(ConfigError, match="--n-sync must be a positive integer, got"):
         load_config(None, {"mode": "local", "n_sync": value})
@@ -97,3 +114,33 @@ def test_local_sgd_takes_auto_and_names_a_bad_period():
         LocalSGD(n_sync=0)
     with pytest.raises(ValueError, match="takes n_sync or sync_seconds"):
         LocalSGD(n_sync="auto", sync_seconds=2.0, batch_size=4, epoch_examples=10)
+
+
+def test_local_sgd_resolves_a_period_per_worker_for_its_workers():
+    from hvdtrain import comm
+    from hvdtrain.keras.local_sgd import LocalSGD
+
+    comm.init()  # a world of one worker outside horovodrun
+    assert LocalSGD(n_sync="40/workers").period == 40
+    assert LocalSGD(n_sync="40/workers").trigger.due(range(40, 41))
+
+
+@pytest.mark.parametrize("overrides, workers, warns", [
+    (dict(mode="local"), 8, False),                    # 5 steps, a round moves 2x the weights
+    (dict(mode="local"), 20, True),                    # 2 steps: as many bytes as sync
+    (dict(mode="local", average_optimizer_state=False), 20, False),
+    (dict(mode="async", n_sync=2, momentum=0.0), 4, False),  # no slots: half of sync's bytes
+    (dict(mode="local", n_sync=3, optimizer="adam"), 4, True),  # weights and two moments
+    (dict(mode="local", n_sync=1), 4, True),
+    (dict(mode="local", n_sync=1), 1, False),          # one worker sends nothing
+    (dict(mode="sync"), 64, False),
+    (dict(mode="local", n_sync="auto"), 64, False),
+])
+def test_rank_0_warns_when_local_rounds_would_move_as_many_bytes_as_sync(overrides, workers,
+                                                                           warns):
+    from hvdtrain.training.world import costly_period_warning
+
+    warning = costly_period_warning(load_config(None, overrides), workers)
+    assert (warning is not None) == warns
+    if warns:
+        assert warning.startswith("hvdtrain: warning: --n-sync") and "\n" not in warning

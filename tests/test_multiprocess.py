@@ -28,6 +28,7 @@ RUNS = {
     "plain_sync_buckets": dict(PLAIN_SGD, bucket_mb=0.01),
     "plain_local1": dict(PLAIN_SGD, mode="local", n_sync=1),
     "plain_local3": dict(PLAIN_SGD, mode="local", n_sync=3),
+    "plain_local_per_worker": dict(PLAIN_SGD, mode="local", n_sync="6/workers"),  # 3 at 2
     "slowmo_identity": dict(PLAIN_SGD, mode="local", n_sync=3, outer_optimizer="slowmo",
                             outer_lr=1.0, outer_momentum=0.0),
     "slowmo_momentum": dict(PLAIN_SGD, mode="local", n_sync=3, outer_optimizer="slowmo",
@@ -201,6 +202,15 @@ def test_local_sgd_with_n_sync_1_matches_synchronous_sgd(trained):
     _assert_same_on_both_ranks(results["plain_local1"], "trainable")
     # ...and local SGD with n_sync 3 really is a different algorithm.
     assert np.abs(results["plain_local3"][0]["trainable"] - sync).max() > 1e-5
+
+
+def test_a_period_per_worker_trains_as_the_number_it_comes_to(trained):
+    _, results, _ = trained
+    ranks = results["plain_local_per_worker"]
+    np.testing.assert_array_equal(ranks[0]["trainable"], results["plain_local3"][0]["trainable"])
+    _assert_same_on_both_ranks(ranks, "trainable", atol=0)
+    assert (ranks[0]["summary"]["n_sync"], ranks[0]["summary"]["n_sync_rule"]) == (3, "6/workers")
+    assert ranks[0]["summary"]["averaging_rounds"] == 3
 
 
 def test_slowmo_with_alpha_1_beta_0_matches_plain_local_sgd(trained):

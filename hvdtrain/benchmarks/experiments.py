@@ -24,7 +24,8 @@ from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_STAR
 from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_command, topology
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
 from hvdtrain.config import (LOCAL_ONLY_DEFAULTS, MODES, TrainConfig, load_config, option_flag,
-                             parse_choice_list, parse_int_list, parse_n_sync)
+                             parse_choice_list, parse_int_list, parse_n_sync,
+                             period_for)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
@@ -74,7 +75,7 @@ def grid(workers: list[int], n_syncs: list, starts: list[str],
         for mode in (m for m in dict.fromkeys(modes) if m != "sync"):
             # Local runs keep the names of sweeps made before async existed.
             tag = "" if mode == "local" else f"{mode}-"
-            for n_sync in dict.fromkeys(n_syncs):
+            for n_sync in periods_for(n_syncs, count):
                 for start in dict.fromkeys(starts):
                     period = str(n_sync).replace(":", "")  # auto:48 -> auto48 in a name
                     runs.append(GridRun(f"w{count}-{tag}n{period}-{start}", count, n_sync,
@@ -91,8 +92,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--out", required=True, help="sweep folder: runs/, logs, tables, plots")
     parser.add_argument("--workers", default="1,2", help="worker counts (default: 1,2)")
     parser.add_argument("--n-sync", default="1,10,100,600",
-                        help="local-SGD periods for more than one worker: numbers, or auto "
-                             "(auto:N), the adaptive period (default: 1,10,100,600)")
+                        help="local-SGD periods for more than one worker: numbers, N/workers "
+                             "(resolved per worker count; train's default is 40/workers), "
+                             "or auto (auto:N), the adaptive period (default: 1,10,100,600)")
     parser.add_argument("--modes", default="local",
                         help="any of sync (one synchronous run per worker count), local and "
                              "async (rounds behind training), for more than one worker "
@@ -202,9 +204,16 @@ def parse_period_list(text: str) -> list[int | str]:
         for value in values:
             parse_n_sync(value)
     except ConfigError:
-        raise ConfigError(f"--n-sync must be positive integers or auto (auto:N) separated by "
-                          f"commas, got {text!r}") from None
+        raise ConfigError(f"--n-sync must be positive integers, N/workers or auto (auto:N) "
+                          f"separated by commas, got {text!r}") from None
     return [int(v) if v.isdigit() else v for v in values]
+
+
+def periods_for(n_syncs: list[int | str], workers: int) -> list[int | str]:
+    """The periods of one worker count's runs, each once: N/workers becomes its number of
+    steps, so '10,40/workers' at 4 workers is one run, named and trained as n_sync 10."""
+    resolved = (period_for(n, workers) for n in n_syncs)
+    return list(dict.fromkeys(p if isinstance(p, int) else n for p, n in zip(resolved, n_syncs)))
 
 
 def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from hvdtrain.benchmarks.time_to_accuracy import accuracy_rows, draw_accuracy, load_points
-from hvdtrain.config import LOCAL_MODES
+from hvdtrain.config import LOCAL_MODES, period_for
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
@@ -88,7 +88,7 @@ def load_curve(run_dir: str) -> Curve:
         workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
     local = config.get("mode") in LOCAL_MODES
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
-                  config.get("mode", "sync"), _period(config.get("n_sync", 1)),
+                  config.get("mode", "sync"), _period(config.get("n_sync", 1), int(workers)),
                   int(config.get("warm_start_steps", 0)) if local else 0,
                   str(config.get("warm_start", "sync")))
     # An elastic job that lost a worker right after writing some steps runs them again:
@@ -112,9 +112,10 @@ def load_curve(run_dir: str) -> Curve:
     return curve
 
 
-def _period(value) -> int | str:
-    """A config's n_sync: a number, or a word such as auto."""
-    return int(value) if str(value).isdigit() else str(value)
+def _period(value, workers: int) -> int | str:
+    """A config's n_sync for its workers: a number (N/workers resolved), or auto."""
+    period = period_for(value, workers)
+    return period if isinstance(period, int) else str(value)
 
 
 def _last_record(path: str) -> dict:

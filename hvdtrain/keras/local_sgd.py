@@ -33,7 +33,8 @@ from typing import Callable, Sequence
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS, AutoPeriod, parse_n_sync
+from hvdtrain.config import (OUTER_OPTIMIZERS, WARM_STARTS, AutoPeriod, PerWorkerPeriod,
+                             parse_n_sync)
 from hvdtrain.errors import ConfigError
 from hvdtrain.keras.adaptive_rounds import REPORT_BYTES, REPORT_LENGTH, AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
@@ -52,7 +53,8 @@ class LocalSGD(keras.callbacks.Callback):
     """Average the workers' weights every `n_sync` steps instead of every step.
 
     Args:
-      n_sync: local steps between two averaging rounds (or give `sync_seconds`); "auto"
+      n_sync: local steps between two averaging rounds (or give `sync_seconds`);
+        "N/workers" gives ceil(N / workers) steps for the workers of each fit; "auto"
         (or "auto:N") sets the period anew at every round from the workers' averaged
         training loss since the last one, by AdaComm's rule ⌈√(F / F₀) · τ₀⌉ with τ₀ = 32
         (or N) and F₀ the first period's loss, never below 2 (`adaptive_rounds`).
@@ -132,6 +134,10 @@ class LocalSGD(keras.callbacks.Callback):
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
         self.n_sync = n_sync
+        # "N/workers" is resolved for the workers of each fit (an elastic job may resize).
+        self.per_worker = period if isinstance(period, PerWorkerPeriod) else None
+        if self.per_worker is not None:
+            period = self.per_worker.steps(comm.size())
         self.warm_start = warm_start
         self.average_bn_stats = average_bn_stats
         self.average_optimizer_state = average_optimizer_state
@@ -213,6 +219,8 @@ class LocalSGD(keras.callbacks.Callback):
             raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
         _check_steps_per_execution(self.model, self.warm.steps)
+        if self.per_worker is not None:
+            self.trigger.n_sync = self.per_worker.steps(comm.size())
         averager = self.attach(self.model)
         if self.broadcast_initial_state:  # once per set of workers, not once per fit
             self.progress.broadcast_bytes += self.initial_state.give(
@@ -412,12 +420,12 @@ class LocalSGD(keras.callbacks.Callback):
         self.timed.stopped = True
 
 
-def _period(n_sync) -> int | AutoPeriod:
+def _period(n_sync) -> int | AutoPeriod | PerWorkerPeriod:
     try:
         return parse_n_sync(n_sync)
     except ConfigError:
-        raise ValueError(f"n_sync must be a positive integer, \"auto\" or \"auto:N\", "
-                         f"got {n_sync!r}") from None
+        raise ValueError(f"n_sync must be a positive integer, \"N/workers\", \"auto\" or "
+                         f"\"auto:N\", got {n_sync!r}") from None
 
 
 def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) -> None:

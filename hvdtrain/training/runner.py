@@ -33,7 +33,8 @@ from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, namin
 from hvdtrain.training.resume import (ResumePlan, load_initial_weights, on_chief, plan_resume,
                                       restore_on_chief)
 from hvdtrain.training.summary import run_summary
-from hvdtrain.training.world import World, current_world, epoch_examples_for
+from hvdtrain.training.world import (World, costly_period_warning, current_world,
+                                     epoch_examples_for)
 
 
 @dataclass
@@ -156,6 +157,9 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, star
     elif cfg.init_weights:
         on_chief(lambda: load_initial_weights(model, cfg.init_weights), name="init_weights")
     if comm.is_chief():
+        warning = costly_period_warning(cfg, world.workers)
+        if warning:
+            print(warning, flush=True)
         os.makedirs(cfg.out, exist_ok=True)
         files.atomic_write(os.path.join(cfg.out, run_folder.CONFIG), cfg.save_yaml)
         run_folder.truncate_logs(cfg.out, progress.examples)

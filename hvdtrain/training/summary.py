@@ -9,20 +9,24 @@ from typing import Any
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, TrainConfig
+from hvdtrain.config import (LOCAL_MODES, PerWorkerPeriod, TrainConfig, parse_n_sync,
+                             period_for)
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
 
 
-def round_schedule(cfg: TrainConfig) -> dict[str, float]:
+def round_schedule(cfg: TrainConfig, workers: int) -> dict[str, float | str]:
     """When the workers' state was averaged: every `n_sync` steps (1 in sync mode, whose
     gradients are averaged every step) or every `sync_seconds` of wall time. A timed run
-    has no step period, so it records no `n_sync`."""
+    has no step period, so it records no `n_sync`. A period given as N/workers records
+    the steps it came to for `workers`, and the rule as `n_sync_rule`."""
     if cfg.mode not in LOCAL_MODES:
         return {"n_sync": 1}
     if cfg.sync_seconds is not None:
         return {"sync_seconds": cfg.sync_seconds}
+    if isinstance(parse_n_sync(cfg.n_sync), PerWorkerPeriod):
+        return {"n_sync": period_for(cfg.n_sync, workers), "n_sync_rule": cfg.n_sync}
     return {"n_sync": cfg.n_sync}
 
 
@@ -65,7 +69,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "model_parallel": cfg.model_parallel,
         # Rank 0's cores: all the machine lends it, or its share with --pin-cores.
         "cores_per_worker": len(os.sched_getaffinity(0)),
-        **round_schedule(cfg),
+        **round_schedule(cfg, world.workers),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
         "gradient_steps_averaged": gradient_steps,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, TrainConfig
+from hvdtrain.config import LOCAL_MODES, TrainConfig, period_for
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.progress import TrainingProgress, epoch_length
@@ -33,6 +33,24 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
         cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps,
         lr_scaling_workers(workers, cfg.mode in LOCAL_MODES, cfg.local_lr_workers))
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
+
+
+def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
+    """A line for rank 0 when local rounds would move at least as many bytes as sync mode:
+    a round carries the weights and any averaged optimizer slots, sync mode the gradients
+    every step, so a period no longer than 1 + slots saves nothing. A default that follows
+    the workers (40/workers) reaches that at about 20 workers."""
+    if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or workers < 2:
+        return None
+    period = period_for(cfg.n_sync, workers)
+    slots = 0
+    if cfg.average_optimizer_state:
+        slots = 2 if cfg.optimizer == "adam" else int(cfg.momentum > 0)
+    if not isinstance(period, int) or period > 1 + slots:
+        return None
+    return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at {workers} "
+            f"workers, and each round moves {1 + slots}x the weights: as many bytes as "
+            f"--mode sync, which would keep the workers identical; use it, or a longer period")
 
 
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:
