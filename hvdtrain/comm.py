@@ -11,6 +11,7 @@ to another collective library (or a future Horovod) changes this file only.
 
 from __future__ import annotations
 
+import os
 from typing import Mapping, Sequence
 
 import horovod.tensorflow as hvd
@@ -18,13 +19,26 @@ import tensorflow as tf
 from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
+from hvdtrain.errors import ConfigError
+
 
 _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers
 
 
-def init() -> None:
-    """Start Horovod once; without horovodrun this is a world of one worker."""
+def init(fuse_tensors: bool = True) -> None:
+    """Start Horovod once; without horovodrun this is a world of one worker.
+
+    `fuse_tensors=False` turns Horovod's tensor fusion off. Which tensors share a fused
+    buffer depends on which are ready in the same cycle, i.e. on timing, and with three
+    or more workers the ring sums each element in an order set by its place in the
+    buffer: two identical runs then round differently, and the difference grows.
+    """
     global _worlds_started
+    if not fuse_tensors:
+        if hvd.is_initialized() and os.environ.get("HOROVOD_FUSION_THRESHOLD") != "0":
+            raise ConfigError("--deterministic must start Horovod itself: this process "
+                              "started it earlier with tensor fusion on")
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"  # Horovod reads it when it starts
     if not hvd.is_initialized():
         hvd.init()
         _worlds_started += 1

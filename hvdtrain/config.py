@@ -147,6 +147,13 @@ class TrainConfig:
            "GPUs 2*local_rank and 2*local_rank+1 (or two logical CPUs); workers stay "
            "data-parallel")
 
+    deterministic: bool = _opt(
+        False, "repeatable runs: Horovod's tensor fusion off. Which tensors share a fused "
+               "allreduce depends on timing, and with 3 or more workers that changes how "
+               "sums round, so two identical runs drift apart; with it off they repeat "
+               "bitwise on CPU. hvdtrain's gradient groups (--bucket-mb) still travel as "
+               "groups. GPU kernels (cuDNN) are not made deterministic")
+
     # Speed.
     mixed_precision: bool = _opt(
         False, "Keras mixed_float16 policy with loss scaling (for GPUs; slow on most CPUs)")

@@ -65,7 +65,9 @@ class Run:
 def train(cfg: TrainConfig, verbose: int | None = None,
           extra_callbacks: tuple[keras.callbacks.Callback, ...] = ()) -> RunResult:
     """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
-    comm.init()
+    # TensorFlow's own op determinism is left off: it refuses tf.timestamp, which times
+    # every exchange (hvdtrain.keras.exchange_clock), and CPU kernels repeat without it.
+    comm.init(fuse_tensors=not cfg.deterministic)
     if cfg.pin_cores:  # before TensorFlow sizes its thread pools from the cores it may use
         pin_worker(comm.local_rank(), comm.local_size())
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
