@@ -89,6 +89,23 @@ def test_local_and_async_runs_default_to_forty_local_steps_over_the_workers():
     assert load_config(None, {"mode": "async", "n_sync": "80/workers"}).n_sync == "80/workers"
 
 
+@pytest.mark.parametrize("overrides, averages", [
+    (dict(mode="local"), True), (dict(mode="async"), False),
+    (dict(mode="async", average_optimizer_state=True), True),
+    (dict(mode="local", average_optimizer_state=False), False),
+])
+def test_momentum_is_averaged_by_default_in_local_mode_only(overrides, averages):
+    cfg = load_config(None, overrides)
+    assert cfg.resolved().average_optimizer_state is averages
+    assert cfg.resolved().resolved() == cfg.resolved()
+
+
+def test_a_bad_average_optimizer_state_is_named_in_one_line():
+    with pytest.raises(ConfigError, match="--average-optimizer-state must be true or false, "
+                                          "got 'often'"):
+        load_config(None, {"mode": "local", "average_optimizer_state": "often"})
+
+
 @pytest.mark.parametrize("value", [0, "0", -3, 2.5, "often", "auto:0", "auto:", True,
                                    "0/workers", "40/hosts", "/workers"])
 def test_a_bad_n_sync_is_named_in_one_line(value):
@@ -133,6 +150,7 @@ def test_local_sgd_resolves_a_period_per_worker_for_its_workers():
     (dict(mode="local", n_sync=3, optimizer="adam"), 4, True),  # weights and two moments
     (dict(mode="local", n_sync=1), 4, True),
     (dict(mode="local", n_sync=1), 1, False),          # one worker sends nothing
+    (dict(mode="async"), 20, False),                   # 2 steps, no momentum averaged
     (dict(mode="sync"), 64, False),
     (dict(mode="local", n_sync="auto"), 64, False),
 ])

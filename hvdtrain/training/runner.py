@@ -65,6 +65,7 @@ class Run:
 def train(cfg: TrainConfig, verbose: int | None = None,
           extra_callbacks: tuple[keras.callbacks.Callback, ...] = ()) -> RunResult:
     """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
+    cfg = cfg.resolved()
     # TensorFlow's own op determinism is left off: it refuses tf.timestamp, which times
     # every exchange (hvdtrain.keras.exchange_clock), and CPU kernels repeat without it.
     comm.init(fuse_tensors=not cfg.deterministic)

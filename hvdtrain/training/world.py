@@ -42,6 +42,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
     the workers (40/workers) reaches that at about 20 workers."""
     if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or workers < 2:
         return None
+    cfg = cfg.resolved()
     period = period_for(cfg.n_sync, workers)
     slots = 0
     if cfg.average_optimizer_state:
