@@ -108,3 +108,16 @@ def test_validating_a_config_does_not_import_tensorflow():
             "assert not {'tensorflow', 'keras'} & set(sys.modules), 'TensorFlow was imported'\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_run_saved_before_a_mode_dependent_default_was_written_resumes_under_it(tmp_path):
+    from hvdtrain.training.resume import plan_resume
+
+    # A config.yaml that leaves --average-optimizer-state out (hand-written, or older).
+    (tmp_path / "config.yaml").write_text("mode: async\n")
+    cfg = load_config(None, {"mode": "async", "out": str(tmp_path)}).resolved()
+    assert plan_resume(cfg).checkpoint is None  # nothing saved yet, and no refusal
+    with pytest.raises(ConfigError, match="--average-optimizer-state is True but the run was "
+                                          "started with False"):
+        plan_resume(load_config(None, {"mode": "async", "out": str(tmp_path),
+                                       "average_optimizer_state": True}).resolved())

@@ -17,9 +17,11 @@ from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restor
 
 # Options that may differ between a run and its resumption (the number of workers is not
 # an option: progress is kept in examples, so any -np can continue a run).
-# How workers sit on cores and how gradients are grouped change speed, not what is learned.
+# How workers sit on cores and how gradients are grouped change speed, not what is learned;
+# --deterministic only how sums round.
 RESUMABLE_CHANGES = {"out", "resume", "step_timeout", "log_every", "validate", "keep_checkpoints",
-                     "data_dir", "checkpoint_every", "init_weights", "pin_cores", "bucket_mb"}
+                     "data_dir", "checkpoint_every", "init_weights", "pin_cores", "bucket_mb",
+                     "deterministic"}
 
 
 @dataclass
@@ -59,7 +61,7 @@ def plan_resume(cfg: TrainConfig) -> ResumePlan:
         raise ConfigError(f"run folder {cfg.out} holds a finished run; choose a new --out")
     if cfg.resume == "never":
         raise ConfigError(problem)
-    _check_same_run(cfg, load_config(os.path.join(cfg.out, run_folder.CONFIG)))
+    _check_same_run(cfg, load_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved())
     path, saved, problems = store.newest_sound()
     notes = [f"skipping damaged checkpoint {p}" for p in problems]
     if path is None and problems:
