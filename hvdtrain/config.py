@@ -153,8 +153,10 @@ class TrainConfig:
         False, "repeatable runs: Horovod's tensor fusion off. Which tensors share a fused "
                "allreduce depends on timing, and with 3 or more workers that changes how "
                "sums round, so two identical runs drift apart; with it off they repeat "
-               "bitwise on CPU. hvdtrain's gradient groups (--bucket-mb) still travel as "
-               "groups. GPU kernels (cuDNN) are not made deterministic")
+               "bitwise on CPU. Each gradient group (--bucket-mb) and each round's state "
+               "then travels as one flat tensor. It cost 29% of LeNet's and 8% of "
+               "ResNet-20's sync throughput at 4 workers on 2 cores. GPU kernels (cuDNN) are "
+               "not made deterministic")
 
     # Speed.
     mixed_precision: bool = _opt(

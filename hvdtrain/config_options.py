@@ -40,12 +40,13 @@ def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
         if names is not None and f.name not in names:
             continue
         flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata["help"]
+        help_text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
         kind = field_type(hints[f.name])
         if kind is bool:
+            if f.default is not None:  # None: the mode decides, as the help text says
+                help_text += f" (default: {'on' if f.default else 'off'})"
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS,
-                                help=f"{help_text} (default: {'on' if f.default else 'off'})")
+                                default=argparse.SUPPRESS, help=help_text)
             continue
         choices = f.metadata["choices"]
         if f.default is not None:  # a None default is explained in the help text itself

@@ -14,8 +14,6 @@ import pytest
 from conftest import horovodrun
 from helpers import write_learnable_idx_dataset
 
-pytestmark = pytest.mark.multiprocess
-
 
 def _weights(path) -> dict[str, np.ndarray]:
     out = {}
@@ -25,6 +23,7 @@ def _weights(path) -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.multiprocess
 def test_deterministic_runs_repeat_bitwise_and_evaluations_change_nothing(tmp_path):
     data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=1200, test=300)
     common = ["hvdtrain", "train", "--data-dir", data_dir, "--epochs", "1",
@@ -43,3 +42,19 @@ def test_deterministic_runs_repeat_bitwise_and_evaluations_change_nothing(tmp_pa
             np.testing.assert_array_equal(other[key], first[key], err_msg=f"{name}: {key}")
     lines = (tmp_path / "evaluating" / "metrics.jsonl").read_text().count('"eval": true')
     assert lines == 3  # steps 4, 8 and 12: the evaluations did run
+
+
+def test_a_group_flattens_to_one_vector_and_back_in_order():
+    import tensorflow as tf
+
+    from hvdtrain.comm import flatten, unflatten
+
+    group = [tf.reshape(tf.range(6, dtype=tf.float32), [2, 3]), tf.constant([7.0]),
+             tf.zeros([0, 4]), tf.fill([2, 1, 2], 9.0)]
+    flat = flatten(group)
+    assert flat.shape == (11,) and flat.numpy()[:7].tolist() == [0, 1, 2, 3, 4, 5, 7]
+    for got, want in zip(unflatten(flat * 2, group), group):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.numpy(), want.numpy() * 2)
+    traced = tf.function(lambda f: unflatten(f, group))(flat)  # inside a traced step too
+    np.testing.assert_array_equal(traced[3].numpy(), group[3].numpy())
