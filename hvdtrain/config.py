@@ -30,10 +30,12 @@ WARM_STARTS = ("sync", "single")
 AUTO_INITIAL_PERIOD = 32
 AUTO_MIN_PERIOD = 2
 # Local and async defaults chosen from time-to-accuracy runs at 2, 4 and 8 workers
-# (BENCHMARKS.md, "Time to accuracy"): a round after every 40 local steps summed over the
-# workers (10 steps at 4 workers, 5 at 8), averaging the momentum too, with local steps at
-# no more than 4 workers' linearly scaled rate. A fixed period fell behind at 8 workers.
-DEFAULT_N_SYNC = "40/workers"
+# (BENCHMARKS.md, "Time to accuracy"). Local mode: a round after every 40 local steps
+# summed over the workers (10 steps at 4 workers, 5 at 8), averaging the momentum too; a
+# fixed period fell behind at 8 workers. Async mode: every 10 (3 steps at 4 workers, 2
+# at 8), momentum not averaged; its rounds land a period late, so it needs a shorter
+# period. Both with local steps at no more than 4 workers' linearly scaled rate.
+DEFAULT_N_SYNC = {"local": "40/workers", "async": "10/workers"}
 DEFAULT_LOCAL_LR_WORKERS = 4
 # Options only local and async modes use, with the values that leave them unused: a sync
 # run refuses anything else, and a sweep's sync runs put them back to these.
@@ -105,11 +107,12 @@ class TrainConfig:
                 "steps and a worker takes the round's average plus its own progress since "
                 "(CoCoD-SGD); epoch ends, evaluation and checkpoints wait for one blocking round",
         MODES)
-    n_sync: int | str = _opt(
-        DEFAULT_N_SYNC,
+    n_sync: int | str | None = _opt(
+        None,
         "local and async modes: local steps between two weight averagings; N/workers: "
         "ceil(N / workers) steps, so the local steps between rounds summed over the workers "
-        "stay N whatever -np is (the default: 10 at 4 workers, 5 at 8); auto: the "
+        "stay N whatever -np is. Default: 40/workers in local mode (10 steps at 4 workers, "
+        "5 at 8), 10/workers in async mode (3 at 4 workers, 2 at 8); auto: the "
         "period adapts to training, AdaComm's rule ceil(sqrt(loss / first loss) * 32) "
         "on the workers' averaged training loss since the last round, set anew at "
         "every round and never below 2 (auto:N starts from N)")
@@ -217,9 +220,12 @@ class TrainConfig:
 
     def resolved(self) -> "TrainConfig":
         """The defaults that depend on the mode made concrete: what a run uses and saves."""
-        if self.average_optimizer_state is not None:
-            return self
-        return dataclasses.replace(self, average_optimizer_state=self.mode == "local")
+        changes: dict[str, Any] = {}
+        if self.n_sync is None:
+            changes["n_sync"] = DEFAULT_N_SYNC.get(self.mode, DEFAULT_N_SYNC["local"])
+        if self.average_optimizer_state is None:
+            changes["average_optimizer_state"] = self.mode == "local"
+        return dataclasses.replace(self, **changes) if changes else self
 
     def validate_values(self) -> "TrainConfig":
         """Raise ConfigError naming the first bad option and its value."""
@@ -228,7 +234,8 @@ class TrainConfig:
                               f"{self.average_optimizer_state!r}")
         _positive_int(self, "epochs")
         _positive_int(self, "batch_size")
-        parse_n_sync(self.n_sync)
+        if self.n_sync is not None:
+            parse_n_sync(self.n_sync)
         _positive_int(self, "image_size")
         _positive_int(self, "keep_checkpoints")
         _positive_int(self, "model_parallel")

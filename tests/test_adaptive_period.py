@@ -84,9 +84,12 @@ def test_a_period_per_worker_comes_to_the_ceiling_of_n_over_workers(value, worke
     assert period_for(12, workers) == 12 and period_for("auto", workers) == AutoPeriod()
 
 
-def test_local_and_async_runs_default_to_forty_local_steps_over_the_workers():
-    assert load_config(None, {"mode": "local"}).n_sync == "40/workers"
-    assert load_config(None, {"mode": "async", "n_sync": "80/workers"}).n_sync == "80/workers"
+def test_local_runs_default_to_forty_local_steps_over_the_workers_and_async_to_ten():
+    assert load_config(None, {"mode": "local"}).resolved().n_sync == "40/workers"
+    assert load_config(None, {"mode": "async"}).resolved().n_sync == "10/workers"
+    assert load_config(None, {"mode": "sync"}).n_sync is None  # unused: nothing to resolve
+    given = load_config(None, {"mode": "async", "n_sync": "80/workers"})
+    assert given.resolved().n_sync == "80/workers" and given.resolved().resolved() == given.resolved()
 
 
 @pytest.mark.parametrize("overrides, averages", [
@@ -150,7 +153,8 @@ def test_local_sgd_resolves_a_period_per_worker_for_its_workers():
     (dict(mode="local", n_sync=3, optimizer="adam"), 4, True),  # weights and two moments
     (dict(mode="local", n_sync=1), 4, True),
     (dict(mode="local", n_sync=1), 1, False),          # one worker sends nothing
-    (dict(mode="async"), 20, False),                   # 2 steps, no momentum averaged
+    (dict(mode="async"), 8, False),                    # 2 steps, no momentum averaged
+    (dict(mode="async"), 10, True),                    # 1 step: the weights every step
     (dict(mode="sync"), 64, False),
     (dict(mode="local", n_sync="auto"), 64, False),
 ])
@@ -162,3 +166,12 @@ def test_rank_0_warns_when_local_rounds_would_move_as_many_bytes_as_sync(overrid
     assert (warning is not None) == warns
     if warns:
         assert warning.startswith("hvdtrain: warning: --n-sync") and "\n" not in warning
+
+
+def test_rounds_every_t_seconds_keep_no_step_period_beside_a_default_per_worker():
+    from hvdtrain import comm
+    from hvdtrain.keras.local_sgd import LocalSGD
+
+    comm.init()
+    timed = LocalSGD(n_sync="40/workers", sync_seconds=2.0, batch_size=4, epoch_examples=40)
+    assert timed.per_worker is None and timed.period is None

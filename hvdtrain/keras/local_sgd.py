@@ -134,8 +134,10 @@ class LocalSGD(keras.callbacks.Callback):
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
         self.n_sync = n_sync
-        # "N/workers" is resolved for the workers of each fit (an elastic job may resize).
-        self.per_worker = period if isinstance(period, PerWorkerPeriod) else None
+        # "N/workers" is resolved for the workers of each fit (an elastic job may resize);
+        # rounds every T seconds have no step period to resolve.
+        self.per_worker = period if isinstance(period, PerWorkerPeriod) and \
+            sync_seconds is None else None
         if self.per_worker is not None:
             period = self.per_worker.steps(comm.size())
         self.warm_start = warm_start
