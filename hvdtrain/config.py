@@ -37,6 +37,8 @@ AUTO_MIN_PERIOD = 2
 # period. Both with local steps at no more than 4 workers' linearly scaled rate.
 DEFAULT_N_SYNC = {"local": "40/workers", "async": "10/workers"}
 DEFAULT_LOCAL_LR_WORKERS = 4
+# Options sync mode ignores whatever their values (a sync run may resume under others).
+UNUSED_IN_SYNC = ("n_sync", "average_optimizer_state", "local_lr_workers")
 # Options only local and async modes use, with the values that leave them unused: a sync
 # run refuses anything else, and a sweep's sync runs put them back to these.
 LOCAL_ONLY_DEFAULTS = (("warm_start_steps", 0), ("warm_start", "sync"),
@@ -221,8 +223,8 @@ class TrainConfig:
     def resolved(self) -> "TrainConfig":
         """The defaults that depend on the mode made concrete: what a run uses and saves."""
         changes: dict[str, Any] = {}
-        if self.n_sync is None:
-            changes["n_sync"] = DEFAULT_N_SYNC.get(self.mode, DEFAULT_N_SYNC["local"])
+        if self.n_sync is None and self.mode in DEFAULT_N_SYNC:  # sync mode has no period
+            changes["n_sync"] = DEFAULT_N_SYNC[self.mode]
         if self.average_optimizer_state is None:
             changes["average_optimizer_state"] = self.mode == "local"
         return dataclasses.replace(self, **changes) if changes else self

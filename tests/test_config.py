@@ -121,3 +121,17 @@ def test_a_run_saved_before_a_mode_dependent_default_was_written_resumes_under_i
                                           "started with False"):
         plan_resume(load_config(None, {"mode": "async", "out": str(tmp_path),
                                        "average_optimizer_state": True}).resolved())
+
+
+def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
+    from hvdtrain.training.resume import plan_resume
+
+    # Sync runs used to save the local period's default (10); sync mode never reads it.
+    (tmp_path / "config.yaml").write_text("n_sync: 10\n")
+    cfg = load_config(None, {"out": str(tmp_path)}).resolved()
+    assert cfg.n_sync is None and plan_resume(cfg).checkpoint is None
+    # A local run's period is what it trains by: a different one is refused in one line.
+    (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 10\n")
+    with pytest.raises(ConfigError, match="--n-sync is '40/workers' but the run was started "
+                                          "with 10"):
+        plan_resume(load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved())

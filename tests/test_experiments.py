@@ -227,3 +227,10 @@ def test_a_failed_sweep_run_is_reported_by_its_first_error_the_cause(tmp_path):
     error = _failure(GridRun("w8", 8, 10, "cold"), 1, str(log))
     assert "failed (exit 1): loss is nan at step 82" in str(error)
     assert "lost a peer" not in str(error)
+
+
+def test_a_sync_runs_curve_has_the_period_of_one_step_whatever_its_config_saved(tmp_path):
+    _write_run(str(tmp_path / "sync"), 4, "sync", None, 0, [0.5, 0.4])  # n_sync: null
+    assert load_curve(str(tmp_path / "sync")).n_sync == 1
+    _write_run(str(tmp_path / "local"), 4, "local", "40/workers", 0, [0.5, 0.4])
+    assert load_curve(str(tmp_path / "local")).n_sync == 10  # the rule's steps at 4 workers

@@ -88,7 +88,7 @@ def load_curve(run_dir: str) -> Curve:
         workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
     local = config.get("mode") in LOCAL_MODES
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
-                  config.get("mode", "sync"), _period(config.get("n_sync", 1), int(workers)),
+                  config.get("mode", "sync"), _period(config.get("n_sync") or 1, int(workers)),
                   int(config.get("warm_start_steps", 0)) if local else 0,
                   str(config.get("warm_start", "sync")))
     # An elastic job that lost a worker right after writing some steps runs them again:
@@ -113,7 +113,8 @@ def load_curve(run_dir: str) -> Curve:
 
 
 def _period(value, workers: int) -> int | str:
-    """A config's n_sync for its workers: a number (N/workers resolved), or auto."""
+    """A config's n_sync for its workers: a number (N/workers resolved), or auto. A sync
+    run saves none (1: it averages every step)."""
     period = period_for(value, workers)
     return period if isinstance(period, int) else str(value)
 

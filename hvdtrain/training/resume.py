@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.config import TrainConfig, load_config
+from hvdtrain.config import UNUSED_IN_SYNC, TrainConfig, load_config
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
@@ -70,8 +70,11 @@ def plan_resume(cfg: TrainConfig) -> ResumePlan:
 
 
 def _check_same_run(cfg: TrainConfig, saved: TrainConfig) -> None:
+    ignored = set(RESUMABLE_CHANGES)
+    if cfg.mode == saved.mode == "sync":  # e.g. a run saved under an older default period
+        ignored.update(UNUSED_IN_SYNC)
     for name in TrainConfig.field_names():
-        if name not in RESUMABLE_CHANGES and getattr(saved, name) != getattr(cfg, name):
+        if name not in ignored and getattr(saved, name) != getattr(cfg, name):
             raise ConfigError(
                 f"cannot resume {cfg.out}: --{name.replace('_', '-')} is {getattr(cfg, name)!r} "
                 f"but the run was started with {getattr(saved, name)!r}")
