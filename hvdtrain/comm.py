@@ -38,11 +38,11 @@ def init(fuse_tensors: bool = True) -> None:
     """
     global _worlds_started, _flat_groups
     if not fuse_tensors:
-        _flat_groups = True
         if hvd.is_initialized() and os.environ.get("HOROVOD_FUSION_THRESHOLD") != "0":
             raise ConfigError("--deterministic must start Horovod itself: this process "
                               "started it earlier with tensor fusion on")
         os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"  # Horovod reads it when it starts
+        _flat_groups = True
     if not hvd.is_initialized():
         hvd.init()
         _worlds_started += 1
