@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -231,9 +232,6 @@ class TrainConfig:
 
     def validate_values(self) -> "TrainConfig":
         """Raise ConfigError naming the first bad option and its value."""
-        if self.average_optimizer_state not in (None, True, False):
-            raise ConfigError(f"--average-optimizer-state must be true or false, got "
-                              f"{self.average_optimizer_state!r}")
         _positive_int(self, "epochs")
         _positive_int(self, "batch_size")
         if self.n_sync is not None:
@@ -378,6 +376,13 @@ def period_for(value: Any, workers: int) -> int | AutoPeriod:
     return period.steps(workers) if isinstance(period, PerWorkerPeriod) else period
 
 
+def period_label(value: Any, workers: int) -> int | str:
+    """How tables name a period at `workers` workers: its steps (N/workers resolved), or
+    the word it was given (auto, auto:48)."""
+    period = period_for(value, workers)
+    return period if isinstance(period, int) else str(value)
+
+
 def parse_shape(text: str) -> tuple[int, int, int]:
     """'32x32x3' -> (32, 32, 3); raises ConfigError for anything else."""
     parts = str(text).lower().split("x")
@@ -441,6 +446,12 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return values
 
 
+def _is_switch(name: str) -> bool:
+    """Whether an option is on or off: `bool`, or `bool | None` when the mode decides."""
+    hint = typing.get_type_hints(TrainConfig)[name]
+    return hint is bool or bool in typing.get_args(hint)
+
+
 def _field(name: str) -> dataclasses.Field:
     return {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
 
@@ -455,7 +466,7 @@ def _coerce(name: str, value: Any) -> Any:
     default = _field(name).default
     if value is None:
         return None
-    if isinstance(default, bool):
+    if _is_switch(name):
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{option_flag(name)} must be true or false, got {value!r}")
