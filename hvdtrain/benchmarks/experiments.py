@@ -25,7 +25,7 @@ from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_com
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
 from hvdtrain.config import (LOCAL_ONLY_DEFAULTS, MODES, TrainConfig, load_config, option_flag,
                              parse_choice_list, parse_int_list, parse_n_sync,
-                             period_for)
+                             period_label)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
@@ -212,8 +212,7 @@ def parse_period_list(text: str) -> list[int | str]:
 def periods_for(n_syncs: list[int | str], workers: int) -> list[int | str]:
     """The periods of one worker count's runs, each once: N/workers becomes its number of
     steps, so '10,40/workers' at 4 workers is one run, named and trained as n_sync 10."""
-    resolved = (period_for(n, workers) for n in n_syncs)
-    return list(dict.fromkeys(p if isinstance(p, int) else n for p, n in zip(resolved, n_syncs)))
+    return list(dict.fromkeys(period_label(n, workers) for n in n_syncs))
 
 
 def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:

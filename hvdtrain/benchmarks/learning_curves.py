@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from hvdtrain.benchmarks.time_to_accuracy import accuracy_rows, draw_accuracy, load_points
-from hvdtrain.config import LOCAL_MODES, period_for
+from hvdtrain.config import LOCAL_MODES, period_label
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
@@ -87,8 +87,9 @@ def load_curve(run_dir: str) -> Curve:
     else:  # a run still going, or stopped: the workers of its last epoch
         workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
     local = config.get("mode") in LOCAL_MODES
+    period = period_label(config.get("n_sync") or 1, int(workers))  # sync runs save none: 1
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
-                  config.get("mode", "sync"), _period(config.get("n_sync") or 1, int(workers)),
+                  config.get("mode", "sync"), period,
                   int(config.get("warm_start_steps", 0)) if local else 0,
                   str(config.get("warm_start", "sync")))
     # An elastic job that lost a worker right after writing some steps runs them again:
@@ -110,13 +111,6 @@ def load_curve(run_dir: str) -> Curve:
     if not curve.step:
         raise DataError(f"{steps_path} holds no steps")
     return curve
-
-
-def _period(value, workers: int) -> int | str:
-    """A config's n_sync for its workers: a number (N/workers resolved), or auto. A sync
-    run saves none (1: it averages every step)."""
-    period = period_for(value, workers)
-    return period if isinstance(period, int) else str(value)
 
 
 def _last_record(path: str) -> dict:

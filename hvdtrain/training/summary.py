@@ -9,8 +9,7 @@ from typing import Any
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import (LOCAL_MODES, PerWorkerPeriod, TrainConfig, parse_n_sync,
-                             period_for)
+from hvdtrain.config import LOCAL_MODES, PerWorkerPeriod, TrainConfig, parse_n_sync
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
@@ -25,8 +24,9 @@ def round_schedule(cfg: TrainConfig, workers: int) -> dict[str, float | str]:
         return {"n_sync": 1}
     if cfg.sync_seconds is not None:
         return {"sync_seconds": cfg.sync_seconds}
-    if isinstance(parse_n_sync(cfg.n_sync), PerWorkerPeriod):
-        return {"n_sync": period_for(cfg.n_sync, workers), "n_sync_rule": cfg.n_sync}
+    period = parse_n_sync(cfg.n_sync)
+    if isinstance(period, PerWorkerPeriod):
+        return {"n_sync": period.steps(workers), "n_sync_rule": cfg.n_sync}
     return {"n_sync": cfg.n_sync}
 
 
