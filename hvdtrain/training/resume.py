@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.config import UNUSED_IN_SYNC, TrainConfig, load_config
+from hvdtrain.config import UNUSED_IN_SYNC, TrainConfig, load_config, option_flag
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
@@ -76,7 +76,7 @@ def _check_same_run(cfg: TrainConfig, saved: TrainConfig) -> None:
     for name in TrainConfig.field_names():
         if name not in ignored and getattr(saved, name) != getattr(cfg, name):
             raise ConfigError(
-                f"cannot resume {cfg.out}: --{name.replace('_', '-')} is {getattr(cfg, name)!r} "
+                f"cannot resume {cfg.out}: {option_flag(name)} is {getattr(cfg, name)!r} "
                 f"but the run was started with {getattr(saved, name)!r}")
 
 
