@@ -44,7 +44,10 @@ def horovodrun(script: str, *args: str, np_: int = 2, hosts: str = "localhost:2"
         command += [sys.executable, os.path.join(WORKERS_DIR, script)]
     else:
         command += [os.path.join(bin_dir, script)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=HERE,
+    # The caller's PYTHONPATH stays behind the tests' folder: a worktree run with
+    # PYTHONPATH=WORKTREE must launch workers that import that worktree's hvdtrain.
+    python_path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=python_path,
                PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
     result = subprocess.run(command + list(args), capture_output=True, text=True,
                             timeout=timeout, env=env, cwd=cwd)
