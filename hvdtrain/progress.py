@@ -21,7 +21,13 @@ class TrainingProgress:
     """The counts of one run; one object, shared by every callback that needs them.
 
     - `examples`: training examples consumed by all workers together.
-    - `steps`: optimizer steps this worker has completed (its `optimizer.iterations`).
+    - `steps`: steps this worker has completed, the same on every worker while they are in
+      step. This object owns the count: only `advance`, `restore` and `take_job_step` write
+      it, and the optimizer's `iterations` follows it (`keras.state.set_optimizer_step`),
+      never the other way round. A mixed-precision optimizer leaves `iterations` behind on
+      every step whose gradients overflow, and in local mode each worker overflows on its
+      own data: a count read back from it would differ between workers, and their rounds
+      would stop meeting.
     - `averaging_rounds`: local SGD rounds that averaged the workers' state.
     - `state_bytes`: bytes this worker handed to allreduce in state-averaging rounds
       (local SGD rounds, sync mode's BatchNorm averaging); a round with one worker
@@ -64,6 +70,19 @@ class TrainingProgress:
         self.own_examples += steps * batch_size
         self.examples += steps * batch_size * (workers if self.workers_in_step else 1)
 
+    def restore(self, saved: dict[str, int]) -> None:
+        """Take the counts a checkpoint or an elastic commit kept (`saved`'s keys)."""
+        for name, value in saved.items():
+            if name not in SAVED_COUNTS:
+                raise ValueError(f"not a saved count of TrainingProgress: {name!r}")
+            setattr(self, name, value)
+
+    def take_job_step(self, step: int) -> None:
+        """After a round every T seconds: the job's step, learnt from the round's reports,
+        replaces this worker's count, so the schedule follows the job, not this worker's
+        speed."""
+        self.steps = step
+
     def steps_by_worker(self, workers: int) -> list[int]:
         """Steps each worker took in this process (as of the last round, out of step)."""
         return list(self.worker_steps) if self.worker_steps else [self.own_steps] * workers
@@ -80,9 +99,12 @@ class TrainingProgress:
 
     def saved(self) -> dict[str, int]:
         """What a checkpoint or an elastic commit keeps (consensus is implied there)."""
-        return {"epoch_examples": self.epoch_examples, "examples": self.examples,
-                "steps": self.steps, "averaging_rounds": self.averaging_rounds,
-                "state_bytes": self.state_bytes, "broadcast_bytes": self.broadcast_bytes}
+        return {name: getattr(self, name) for name in SAVED_COUNTS}
+
+
+# The counts a checkpoint or an elastic commit keeps; the rest time or describe one process.
+SAVED_COUNTS = ("epoch_examples", "examples", "steps", "averaging_rounds", "state_bytes",
+                "broadcast_bytes")
 
 
 def epoch_length(num_train: int | None, steps_cap: int | None, global_batch: int) -> int:

@@ -36,6 +36,10 @@ RUNS = {
     # Two epochs of 7 and 6 steps of 32 (200 examples each): two fit calls; 4 warm steps.
     "mixed_local_warm": dict(LENET_TINY, steps_per_epoch=None, train_examples=200, epochs=2,
                              mode="local", n_sync=2, warm_start_steps=4, mixed_precision=True),
+    # As above, with no warm start: rank 1's gradients overflow on steps of its own
+    # (OVERFLOW), which its LossScaleOptimizer skips and does not count.
+    "mixed_local_overflow": dict(LENET_TINY, steps_per_epoch=None, train_examples=200, epochs=2,
+                                 mode="local", n_sync=2, mixed_precision=True),
     "resnet_sync": dict(RESNET_TINY),
     "resnet_local_warm": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2),
     "resnet_local_single": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2,
@@ -48,6 +52,9 @@ def trained(tmp_path_factory):
     """Every run in RUNS, trained once in a single two-worker job."""
     root = tmp_path_factory.mktemp("runs")
     runs = runs_on_learnable_data(root, RUNS)
+    for run in runs:
+        if run["name"] == "mixed_local_overflow":
+            run["overflow"] = OVERFLOW
     data_dir = runs[0]["config"]["data_dir"]
     # Paine's warm start: local SGD from the weights the "sync" run (earlier in this job) saved.
     runs.append({"name": "warm_from_sync", "config": dict(
@@ -165,6 +172,24 @@ def test_mixed_precision_local_sgd_averages_gradients_in_the_warm_start_only(tra
     summary = ranks[0]["summary"]
     assert summary["total_steps"] == 13
     assert summary["gradient_steps_averaged"] == 4  # the warm start's, not all 13
+
+
+OVERFLOW = {"rank": 1, "steps": [1, 2, 5]}   # all in the first fit's 7 steps
+
+
+def test_steps_skipped_for_overflow_on_one_rank_move_no_rounds(trained):
+    """The two epochs of 7 and 6 steps take two fits. Rank 1's optimizer skips three
+    updates of the first; the second fit still starts both ranks at step 7, so their
+    rounds fall at the same steps and the run ends in consensus."""
+    _, results, _ = trained
+    ranks = results["mixed_local_overflow"]
+    assert [int(r["overflow_skipped"]) for r in ranks] == [0, 3]
+    summaries = [r["summary"] for r in ranks]
+    assert [s["total_steps"] for s in summaries] == [13, 13]
+    # A round after every 2nd step (6), and one at each epoch's end (after steps 7 and 13).
+    assert [s["averaging_rounds"] for s in summaries] == [8, 8]
+    assert [int(r["optimizer_step"]) for r in ranks] == [13, 13]
+    _assert_same_on_both_ranks(ranks, "trainable", atol=0)
 
 
 def test_rank_0s_state_is_broadcast_once_per_run_not_once_per_fit(trained):

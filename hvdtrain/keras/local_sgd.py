@@ -40,8 +40,8 @@ from hvdtrain.keras.adaptive_rounds import REPORT_BYTES, REPORT_LENGTH, Adaptive
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
-from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, base_optimizer,
-                                  build_optimizer)
+from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
+                                  optimizer_step, set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.round_triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
@@ -93,8 +93,12 @@ class LocalSGD(keras.callbacks.Callback):
         `overlap`, the first round at or after each such step blocks, landing the round
         in flight first; blocking rounds give consensus anyway.
       progress: the run's `TrainingProgress`, when another callback placed before
-        this one advances it (hvdtrain's trainer does); by default this callback
-        keeps its own step count.
+        this one advances it and sets the optimizer's step from it at every fit's start
+        (hvdtrain's trainer does); by default this callback keeps its own step count,
+        which starts where the optimizer's (rank 0's) stands at the first fit. Either way
+        the count is the progress's: the optimizer's step follows it at every fit's start
+        and at every round, so a mixed-precision step skipped for overflow on one worker
+        cannot move that worker's rounds.
 
     Epoch logs gain `averaging_rounds` (rounds so far), `n_sync` (the period in force, unless
     rounds come every T seconds) and `divergence` (mean L2
@@ -149,6 +153,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.fp16_allreduce = fp16_allreduce
         self.batch_size = batch_size
         self.counts_steps = progress is None  # nobody else advances the progress then
+        self._fits = 0
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.overlap = overlap
         # When rounds fall due, one object per policy (hvdtrain.round_triggers).
@@ -187,9 +192,16 @@ class LocalSGD(keras.callbacks.Callback):
         return getattr(self.trigger, "n_sync", None)
 
     @property
-    def outer_state(self) -> list:
-        """The outer optimizer's momentum buffers: state a checkpoint must keep (after `attach`)."""
-        return list(self.averager.buffers or []) if self.averager else []
+    def kept_state(self) -> dict[str, list]:
+        """State beyond the model's and the optimizer's that a checkpoint and an elastic
+        commit must keep, by name (after `attach`): the outer optimizer's momentum buffers,
+        and the adaptive period's schedule."""
+        kept = {}
+        if self.averager is not None and self.averager.buffers:
+            kept["outer_momentum"] = list(self.averager.buffers)
+        if self.adaptive is not None:
+            kept["round_schedule"] = [self.adaptive.kept]
+        return kept
 
     def attach(self, model: keras.Model) -> ModelStateAverager:
         """Create the averaging state now (it is created at train begin otherwise), e.g. to
@@ -225,11 +237,18 @@ class LocalSGD(keras.callbacks.Callback):
             self.trigger.n_sync = self.per_worker.steps(comm.size())
         averager = self.attach(self.model)
         if self.broadcast_initial_state:  # once per set of workers, not once per fit
+            kept = [v for variables in self.kept_state.values() for v in variables]
             self.progress.broadcast_bytes += self.initial_state.give(
-                self.model, averager.buffers or [], name="outer_momentum")
+                self.model, kept, name="local_sgd_state")
         averager.reset_anchor()  # every fit starts in consensus (rounds end each one)
-        # Counting from the optimizer's own step makes a resumed run continue the schedule.
-        self.progress.steps = self._optimizer_step()
+        if self.counts_steps and self._fits == 0:
+            # Our own count starts where the optimizer stands (rank 0's, after the
+            # broadcast), so a user's resumed model continues its schedule.
+            self.progress.restore({"steps": optimizer_step(self.model.optimizer)})
+        self._fits += 1
+        set_optimizer_step(self.model.optimizer, self.progress.steps)
+        if self.adaptive is not None:
+            self.adaptive.take_kept()
         self.progress.consensus_step = self.progress.steps
         warming = self.warm.warming(self.progress.steps)
         self._trace(warming)
@@ -316,7 +335,7 @@ class LocalSGD(keras.callbacks.Callback):
         if self.adaptive is not None:
             self.adaptive.loss.take()  # F₀ is the first local period's loss
         if self.timed is not None:
-            self.timed.begin(self._optimizer_step(), in_step=False)
+            self.timed.begin(self.progress.steps, in_step=False)
         self.trigger.restart()
 
     def _round(self) -> None:
@@ -331,6 +350,8 @@ class LocalSGD(keras.callbacks.Callback):
                 if self.adaptive is not None:
                     self.progress.state_bytes += self.adaptive.exchange_and_learn()
         self.trigger.held(self.progress.steps)
+        if self.adaptive is not None:
+            self.adaptive.keep()
 
     def _timed_round(self) -> None:
         """A round because T seconds have passed: blocking, or overlapped unless the epoch
@@ -347,6 +368,11 @@ class LocalSGD(keras.callbacks.Callback):
         self.trigger.restart()
 
     def _blocking_round(self, warm_start: bool) -> None:
+        if self.timed is not None and self.timed.reporting:
+            # The job's step first: the outer step divides by the rate at it, which must
+            # be the same on every worker, and timed workers took different steps.
+            self._follow_job_step(self.timed.exchange_report())
+        set_optimizer_step(self.model.optimizer, self.progress.steps)
         # After a synchronous warm start only the BatchNorm statistics differ; after a
         # one-worker warm start everything but rank 0's state is thrown away.
         distance = self.averager.average(apply_outer=not warm_start,
@@ -354,8 +380,6 @@ class LocalSGD(keras.callbacks.Callback):
         if not warm_start:
             self._epoch_distances.append(distance)
         self._count_round()
-        if self.timed is not None and self.timed.reporting:
-            self._follow_job_step(self.timed.exchange_report())
         self.progress.consensus_step = self.progress.steps
 
     def _overlapped_round(self) -> None:
@@ -408,14 +432,12 @@ class LocalSGD(keras.callbacks.Callback):
 
     # --- the schedule and the fit ---
 
-    def _optimizer_step(self) -> int:
-        return int(base_optimizer(self.model.optimizer).iterations.numpy())
-
     def _follow_job_step(self, job_step: int) -> None:
-        """After a timed round: the optimizer's step follows the job's, so the
-        learning-rate schedule follows the job's progress, not this worker's speed."""
-        base_optimizer(self.model.optimizer).iterations.assign(job_step)
-        self.progress.steps = job_step
+        """After a timed round: the count, and with it the optimizer's step, follows the
+        job's, so the learning-rate schedule follows the job's progress, not this
+        worker's speed."""
+        self.progress.take_job_step(job_step)
+        set_optimizer_step(self.model.optimizer, job_step)
 
     def _stop_epoch(self) -> None:
         self.model.stop_training = True

@@ -129,6 +129,18 @@ def base_optimizer(optimizer):
     return getattr(optimizer, "inner_optimizer", optimizer)
 
 
+def optimizer_step(optimizer) -> int:
+    """The optimizer's own step count, which its learning-rate schedule reads."""
+    return int(base_optimizer(optimizer).iterations.numpy())
+
+
+def set_optimizer_step(optimizer, step: int) -> None:
+    """Make the optimizer's step count `step`, so its schedule follows the run's count
+    (`TrainingProgress.steps`) rather than the updates it applied: a LossScaleOptimizer
+    skips the update of a step whose gradients overflowed and does not count it."""
+    base_optimizer(optimizer).iterations.assign(step)
+
+
 def current_learning_rate(optimizer) -> tf.Tensor:
     optimizer = base_optimizer(optimizer)
     lr = optimizer._learning_rate  # the schedule itself, not the value cached at the last step
@@ -173,13 +185,16 @@ class ModelStateAverager:
             self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
                             for w in self.weights]
         # With fp16 compression a round sends only each variable's change since the last
-        # round, from this reference (the state every worker held then; SlowMo's x0 is
-        # exactly that for the weights): float16 keeps 11 bits of a small change, where it
-        # would round the value itself to 2^-11 of its size and lose a late, small update.
-        self.reference = None
+        # round, from the state every worker held then: float16 keeps 11 bits of a small
+        # change, where it would round the value itself to 2^-11 of its size and lose a
+        # late, small update. For the weights, SlowMo's x0 is exactly that state, so with an
+        # outer optimizer the weights' reference is the anchor itself, updated by the outer
+        # step; the statistics' and slots' reference is always a copy of their own.
+        self.weights_reference = self.others_reference = None
         if fp16_allreduce:
-            weights = self.anchor if self.anchor is not None else _copies(self.weights)
-            self.reference = weights + _copies(self.statistics + self.slots)
+            self.weights_reference = (self.anchor if self.anchor is not None
+                                      else _copies(self.weights))
+            self.others_reference = _copies(self.statistics + self.slots)
         # Positions in `variables` of each BatchNorm layer's moving mean and variance: the
         # variance is pooled, not averaged (hvdtrain.averaging.pooled_variance).
         position = {id(v): i for i, v in enumerate(self.variables)}
@@ -192,6 +207,13 @@ class ModelStateAverager:
     @property
     def variables(self) -> list[tf.Variable]:
         return self.weights + self.statistics + self.slots
+
+    @property
+    def reference(self) -> list[tf.Variable] | None:
+        """fp16 rounds' reference, one per variable of `variables` (None without fp16)."""
+        if self.weights_reference is None:
+            return None
+        return self.weights_reference + self.others_reference
 
     @property
     def payload_bytes(self) -> int:
@@ -253,10 +275,10 @@ class ModelStateAverager:
         if self.anchor is not None:
             results[:n] = self._outer_update(results[:n], inner_lr, apply_outer)
         assign(self.variables, results)
-        if self.reference is not None:
-            # What every worker now holds; SlowMo's x0 (the first n) is that already.
-            start = n if self.anchor is not None else 0
-            assign(self.reference[start:], results[start:])
+        if self.reference is not None:  # what every worker now holds
+            if self.anchor is None:  # else the outer update has set x0, the weights' reference
+                assign(self.weights_reference, results[:n])
+            assign(self.others_reference, results[n:])
         return distance
 
     @property

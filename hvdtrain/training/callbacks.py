@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from hvdtrain import comm, files
 from hvdtrain.errors import HvdtrainError
-from hvdtrain.keras.state import current_learning_rate
+from hvdtrain.keras.state import current_learning_rate, set_optimizer_step
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.stats import per_batch_values
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
@@ -28,13 +28,20 @@ class TrainingDiverged(HvdtrainError):
 
 
 class CountProgress(keras.callbacks.Callback):
-    """Advances the run's progress by the steps each batch callback covers; put it first."""
+    """Advances the run's progress by the steps each batch callback covers; put it first.
+
+    The progress owns the step count; at every fit's start the optimizer's step, which
+    the learning-rate schedule reads, is set from it (`TrainingProgress.steps` says why).
+    """
 
     def __init__(self, progress: TrainingProgress, batch_size: int):
         super().__init__()
         self.progress = progress
         self.batch_size = batch_size
         self._begin = 0
+
+    def on_train_begin(self, logs=None):
+        set_optimizer_step(self.model.optimizer, self.progress.steps)
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch

@@ -230,8 +230,7 @@ def _fit_elastically(run: Run, verbose: int | None) -> None:
     def fit_with_current_workers(elastic_state):
         # After a reset every worker holds rank 0's last commit: continue from there.
         progress = run.progress
-        for name, value in elastic_state.progress.items():
-            setattr(progress, name, value)
+        progress.restore(elastic_state.progress)
         progress.consensus_step = None if run.cfg.mode == "sync" else progress.steps
         run.world = current_world(run.cfg, progress)
         use_world(run.model, run.world)

@@ -28,11 +28,40 @@ class StepLosses(keras.callbacks.Callback):
         self.losses.append(float(logs["loss"]))
 
 
+class OverflowOn(keras.callbacks.Callback):
+    """On one rank, the gradients of chosen steps (1-based, counted over the run's fits)
+    overflow: the loss scale is raised past float16's range for that step alone, as a
+    mixed-precision worker meets now and then on its own data. The loss stays finite."""
+
+    def __init__(self, rank: int, steps: list[int]):
+        super().__init__()
+        self.rank, self.steps = rank, set(steps)
+        self.step = 0
+        self.skipped = 0   # steps whose update the optimizer skipped on this rank
+        self._scale = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.step += 1
+        if comm.rank() == self.rank and self.step in self.steps:
+            self._scale = self.model.optimizer.dynamic_scale.numpy()
+            self.model.optimizer.dynamic_scale.assign(1e38)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._scale is not None:
+            # Non-finite gradients halve the scale and skip the update; finite ones would
+            # leave it (or double it), so a lower scale tells that the step was skipped.
+            self.skipped += float(self.model.optimizer.dynamic_scale.numpy()) < 1e38
+            self.model.optimizer.dynamic_scale.assign(self._scale)
+            self._scale = None
+
+
 def main(results_dir: str, runs_json: str) -> None:
     comm.init()
     for run in json.loads(runs_json):
         losses = StepLosses()
-        result = train(load_config(None, run["config"]), extra_callbacks=(losses,))
+        overflow = OverflowOn(**run["overflow"]) if "overflow" in run else None
+        extra = (losses,) if overflow is None else (overflow, losses)
+        result = train(load_config(None, run["config"]), extra_callbacks=extra)
         model = result.model
         np.savez(
             os.path.join(results_dir, f"{run['name']}-rank{comm.rank()}.npz"),
@@ -46,6 +75,8 @@ def main(results_dir: str, runs_json: str) -> None:
             step_losses=np.array(losses.losses),
             summary=json.dumps(result.summary),
             local_size=comm.local_size(), cross_rank=hvd.cross_rank(),
+            overflow_skipped=overflow.skipped if overflow else 0,
+            optimizer_step=int(model.optimizer.iterations.numpy()),
         )
 
 
