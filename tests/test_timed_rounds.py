@@ -124,7 +124,8 @@ MODES = ("local", "async")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("timed")
     horovodrun("timed_rounds_worker.py", str(root))
-    return {mode: load_rank_files(str(root), mode) for mode in (*MODES, "long", "refused")}
+    return {mode: load_rank_files(str(root), mode)
+            for mode in (*MODES, "slowmo", "long", "refused")}
 
 
 @pytest.mark.multiprocess
@@ -214,3 +215,15 @@ def test_bytes_count_the_state_and_the_report_of_every_round(results, mode):
     # mode only; no BatchNorm) plus a float64 report of 3 numbers.
     copies = 2 if mode == "local" else 1
     assert per_round == 4 * copies * summary["parameters"] + 8 * 3
+
+
+@pytest.mark.multiprocess
+def test_slowmo_with_timed_rounds_leaves_both_ranks_on_the_same_weights(results):
+    """The outer step divides by and multiplies with the inner rate: taken at each
+    worker's own step, the slow rank would compute another x0 and momentum."""
+    ranks = results["slowmo"]
+    fast, slow = int(ranks[0]["steps"]), int(ranks[1]["steps"])
+    assert fast > 1.5 * slow and int(ranks[0]["rounds"][0]) >= 2
+    for a, b in zip(ranks[0]["weights"], ranks[1]["weights"]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ranks[0]["iterations"], ranks[1]["iterations"])
