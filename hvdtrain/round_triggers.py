@@ -11,6 +11,7 @@ Pure Python: no TensorFlow, no Keras, so each policy is tested on its own.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from hvdtrain.averaging import adacomm_period, is_local_sync_step, is_warm_start_end
@@ -120,6 +121,19 @@ class AdaptivePeriod:
 
     def restart(self) -> None:
         """Nothing to restart: the step count is the clock."""
+
+    def saved(self) -> tuple[float, int, int]:
+        """What every worker must share to hold the same rounds: (F₀, or NaN while unknown;
+        the period in force; the step of the next round). A checkpoint and an elastic commit
+        keep it, so a resumed run and a worker that joins go on with the job's schedule
+        instead of starting again from τ₀."""
+        loss = math.nan if self.initial_loss is None else self.initial_loss
+        return loss, self.n_sync, self.next_round
+
+    def restore(self, saved: Sequence[float]) -> None:
+        loss, n_sync, next_round = saved
+        self.initial_loss = None if math.isnan(loss) else float(loss)
+        self.n_sync, self.next_round = int(n_sync), int(next_round)
 
 
 class LossSinceRound:

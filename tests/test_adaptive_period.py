@@ -175,3 +175,36 @@ def test_rounds_every_t_seconds_keep_no_step_period_beside_a_default_per_worker(
     comm.init()
     timed = LocalSGD(n_sync="40/workers", sync_seconds=2.0, batch_size=4, epoch_examples=40)
     assert timed.per_worker is None and timed.period is None
+
+
+def test_a_checkpoint_keeps_the_adaptive_schedule_and_a_new_callback_goes_on_with_it(tmp_path):
+    """F0, the period in force and the next round travel with the model (checkpoints,
+    elastic commits, rank 0's broadcast), so a resumed run does not start again from τ0."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from hvdtrain import comm
+    from hvdtrain.keras.local_sgd import LocalSGD
+
+    comm.init()
+
+    def model():
+        net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        net.compile(keras.optimizers.SGD(0.05), "mse")
+        return net
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 3)).astype("float32"), rng.normal(size=(64, 1)).astype("float32")
+    first, trained = LocalSGD(n_sync="auto:8"), model()
+    trained.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[first])  # 32 steps
+    learnt = first.trigger.saved()
+    assert not math.isnan(learnt[0]) and learnt[2] > 32  # F0 known, the next round ahead
+    path = tf.train.Checkpoint(model=trained, **first.kept_state).write(str(tmp_path / "ckpt"))
+
+    second, resumed = LocalSGD(n_sync="auto:8"), model()
+    second.attach(resumed)
+    tf.train.Checkpoint(model=resumed, **second.kept_state).read(path).expect_partial()
+    assert second.trigger.saved() != learnt  # still τ0's until training starts
+    resumed.fit(x[:2], y[:2], batch_size=2, epochs=1, verbose=0, callbacks=[second])
+    assert second.trigger.saved() == learnt  # one step, no round: the same schedule

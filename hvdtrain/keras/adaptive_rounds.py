@@ -28,6 +28,20 @@ class AdaptiveRounds:
         self.trigger = trigger
         self.loss = LossSinceRound()
         self._total = None
+        self._traced_for = None
+        # The trigger's schedule as a variable, so that it travels as the model does: in
+        # checkpoints, elastic commits and rank 0's initial broadcast (`keep`, `take_kept`).
+        self.kept = tf.Variable(trigger.saved(), dtype=tf.float64, trainable=False,
+                                name="adaptive_period")
+
+    def keep(self) -> None:
+        """Write the schedule into `kept`: after every round that changed it."""
+        self.kept.assign(self.trigger.saved())
+
+    def take_kept(self) -> None:
+        """Go on with the schedule in `kept`: at every fit's start, after rank 0's state
+        (a checkpoint's, an elastic commit's) has reached every worker."""
+        self.trigger.restore(self.kept.numpy().tolist())
 
     def observe(self, batch: int, logs) -> None:
         if logs is not None and "loss" in logs:
@@ -42,11 +56,17 @@ class AdaptiveRounds:
         total, steps = (float(v) for v in summed)
         if steps > 0:
             self.trigger.learn(total / steps)
+            self.keep()
 
     def exchange_and_learn(self) -> int:
         """After a blocking round: sum the reports over workers now and learn from them.
         Returns the bytes handed to allreduce."""
-        if self._total is None:  # traced once: only a graph op keeps its collective's name
+        # Traced, since only a graph op keeps its collective's name; traced again whenever
+        # the workers change, since one worker's graph holds no collective at all (an
+        # elastic job that grew from one worker would otherwise sum alone, and the worker
+        # that joined would wait for it for ever).
+        if self._traced_for != comm.world_id():
+            self._traced_for = comm.world_id()
             self._total = tf.function(
                 lambda report: comm.total([report], name="adaptive_period_loss")[0],
                 input_signature=[tf.TensorSpec([REPORT_LENGTH], tf.float64)])

@@ -63,8 +63,8 @@ class AverageModelStatistics(keras.callbacks.Callback):
         self.averager: ModelStateAverager | None = None
         self._pending = False
 
-    # No outer optimizer in sync mode: nothing beyond the model for a checkpoint to keep.
-    outer_state: list = []
+    # No outer optimizer, no round schedule in sync mode: nothing beyond the model to keep.
+    kept_state: dict = {}
     # Steps between two exchanges: gradients are averaged every step.
     period = 1
 

@@ -79,14 +79,14 @@ def consensus_intervals(cfg: TrainConfig) -> tuple[int, ...]:
 
 
 def checkpoint_state(model: keras.Model, state_sync) -> tf.train.Checkpoint:
-    """Everything a resumed run needs: weights, statistics, optimizer, outer momentum."""
-    outer = state_sync.outer_state
-    return tf.train.Checkpoint(model=model, optimizer=model.optimizer,
-                               **({"outer_momentum": outer} if outer else {}))
+    """Everything a resumed run needs: weights, statistics, optimizer, and the state
+    callback's own (outer momentum, the adaptive period's schedule)."""
+    return tf.train.Checkpoint(model=model, optimizer=model.optimizer, **state_sync.kept_state)
 
 
 def elastic_variables(model: keras.Model, state_sync) -> list:
     """What an elastic commit keeps in memory and a reset broadcasts."""
     optimizer = model.optimizer
     return (list(model.variables) + list(optimizer.variables)
-            + list(state_sync.outer_state) + [optimizer.averaged_steps])
+            + [v for kept in state_sync.kept_state.values() for v in kept]
+            + [optimizer.averaged_steps])
