@@ -97,6 +97,19 @@ def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
     assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
 
 
+def test_a_save_left_due_before_an_elastic_reset_is_void_in_the_next_fit():
+    from hvdtrain.training.callbacks import StepSavePoints
+
+    progress = TrainingProgress(epoch_examples=80, steps=10, consensus_step=8)
+    points = StepSavePoints(5, progress)
+    assert not points.at_batch_end(1, 10)  # due at step 10, waiting for a round
+    progress.restore({"steps": 8})        # the reset rolls back to the commit at step 8
+    points.begin_fit()
+    progress.advance(1)
+    progress.consensus_step = 9           # a round after step 9
+    assert not points.at_batch_end(0, 10)  # as on a worker that just joined
+
+
 def test_a_step_checkpoint_at_an_epochs_last_step_is_saved_after_its_log():
     # Saved before the epoch's line, a crash in between would lose that line for good: the
     # resumed run starts at the next epoch.

@@ -241,6 +241,14 @@ class StepSavePoints:
     def saved(self) -> None:
         self.due = False
 
+    def begin_fit(self) -> None:
+        """A fit starts where the workers agree: an epoch's end (which saved anything due),
+        or an elastic commit. A save left due from before an elastic reset is void: the
+        survivors rolled back past its step, and a worker that joined never saw it, so
+        keeping it would make the survivors save (a collective call) where the newcomer
+        does not."""
+        self.due = False
+
 
 class Checkpointer(keras.callbacks.Callback):
     """Saves a checkpoint every N steps or epochs (rank 0 only; after the state callbacks).
@@ -269,6 +277,10 @@ class Checkpointer(keras.callbacks.Callback):
             TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size))
         if self._points is not None:
             self._points.saved()
+
+    def on_train_begin(self, logs=None):
+        if self._points is not None:
+            self._points.begin_fit()
 
     def on_train_batch_end(self, batch, logs=None):
         if self._points is not None and self._points.at_batch_end(batch, self.params.get("steps")):
@@ -306,6 +318,9 @@ class ElasticCommit(keras.callbacks.Callback):
         self.state.progress = self.progress.saved()
         self._points.saved()
         self.state.commit()
+
+    def on_train_begin(self, logs=None):
+        self._points.begin_fit()
 
     def on_train_batch_end(self, batch, logs=None):
         if self._points.at_batch_end(batch, self.params.get("steps")):
