@@ -64,6 +64,10 @@ class EveryTSeconds:
     def restart(self) -> None:
         self.timer.restart()
 
+    def held(self, step: int) -> None:
+        """A round started: the next falls due T seconds from now."""
+        self.timer.restart()
+
 
 class ConsensusWanted:
     """Steps after which a callback waits for every worker to hold the same state: a step

@@ -36,10 +36,12 @@ from hvdtrain import comm
 from hvdtrain.config import (OUTER_OPTIMIZERS, WARM_STARTS, AutoPeriod, PerWorkerPeriod,
                              parse_n_sync)
 from hvdtrain.errors import ConfigError
-from hvdtrain.keras.adaptive_rounds import REPORT_BYTES, REPORT_LENGTH, AdaptiveRounds
+from hvdtrain.keras import round_kinds
+from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
+from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
                                   optimizer_step, set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
@@ -163,6 +165,10 @@ class LocalSGD(keras.callbacks.Callback):
             period.initial, period.minimum, warm_start_steps)) if isinstance(
                 period, AutoPeriod) else None
         self.trigger = self._make_trigger(period, sync_seconds, clock)
+        self.report = self._make_report()
+        # How a round that falls due is held: chosen once (hvdtrain.keras.round_kinds).
+        self.kind = (round_kinds.Timed(self, overlap) if sync_seconds is not None
+                     else round_kinds.Overlapped(self) if overlap else round_kinds.Blocking(self))
         self.consensus = ConsensusWanted(consensus_every)
         self.initial_state = InitialState()
         self.averager: ModelStateAverager | None = None
@@ -185,6 +191,13 @@ class LocalSGD(keras.callbacks.Callback):
         if sync_seconds is not None:
             return EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
         return EveryNSteps(period, self.warm.steps)
+
+    def _make_report(self) -> NoReport:
+        if self.adaptive is not None:
+            return LossReport(self.adaptive)
+        if self.timed is not None:
+            return CountReport(self.timed, self._follow_job_step)
+        return NoReport()
 
     @property
     def period(self) -> int | None:
@@ -213,16 +226,9 @@ class LocalSGD(keras.callbacks.Callback):
                 optimizer_state=self.average_optimizer_state, outer=self.outer,
                 fp16_allreduce=self.fp16_allreduce)
             if self.overlap:
-                self._overlapped = OverlappedRounds(self.averager, self._report_length())
+                self._overlapped = OverlappedRounds(
+                    self.averager, self.report.length if self.report.carries else None)
         return self.averager
-
-    def _report_length(self):
-        """What a worker's report to an overlapped round holds, if rounds carry one."""
-        if self.timed is not None:
-            return lambda: comm.size() + 1  # hvdtrain.timed_rounds' counts
-        if self.adaptive is not None:
-            return lambda: REPORT_LENGTH
-        return None
 
     # --- Keras hooks ---
 
@@ -279,9 +285,10 @@ class LocalSGD(keras.callbacks.Callback):
         if self.warm.due(done):
             self._end_warm_start()
         elif self.trigger.due(done):
-            self._timed_round() if self.timed is not None else self._round()
+            with self._timing_rounds():
+                self.kind.hold()
         if self.timed is not None and self.timed.in_step_past_end():
-            self._stop_epoch()  # in step, every worker gets here at the same step
+            self.stop_epoch()  # in step, every worker gets here at the same step
         if logs is not None:
             logs["round_seconds"] = self.progress.round_seconds
 
@@ -331,48 +338,18 @@ class LocalSGD(keras.callbacks.Callback):
         if self.warm_start == "sync":
             averaging_optimizer(self.model.optimizer).averaging_enabled.assign(False)
         with self._timing_rounds():
-            self._blocking_round(warm_start=True)
+            self.blocking_round(warm_start=True)
         if self.adaptive is not None:
             self.adaptive.loss.take()  # F₀ is the first local period's loss
         if self.timed is not None:
             self.timed.begin(self.progress.steps, in_step=False)
         self.trigger.restart()
 
-    def _round(self) -> None:
-        """A round every n_sync steps: overlapped unless plain local SGD, or unless a
-        callback is waiting for consensus."""
-        with self._timing_rounds():
-            if self._overlapped is not None and not self.consensus.take():
-                self._overlapped_round()
-            else:
-                self._finish_overlapped()
-                self._blocking_round(warm_start=False)
-                if self.adaptive is not None:
-                    self.progress.state_bytes += self.adaptive.exchange_and_learn()
-        self.trigger.held(self.progress.steps)
-        if self.adaptive is not None:
-            self.adaptive.keep()
-
-    def _timed_round(self) -> None:
-        """A round because T seconds have passed: blocking, or overlapped unless the epoch
-        may have ended by now; a blocking one ends the epoch if the count says so."""
-        with self._timing_rounds():
-            self._finish_overlapped()
-            if self._overlapped is not None and not self.timed.round_may_end_epoch():
-                self._overlapped.start(self.progress.steps, self.timed.report())
-                self._count_round()
-            else:
-                self._blocking_round(warm_start=False)
-                if self.timed.count_reached_end():
-                    self._stop_epoch()
-        self.trigger.restart()
-
-    def _blocking_round(self, warm_start: bool) -> None:
-        if self.timed is not None and self.timed.reporting:
-            # The job's step first: the outer step divides by the rate at it, which must
-            # be the same on every worker, and timed workers took different steps.
-            self._follow_job_step(self.timed.exchange_report())
-        set_optimizer_step(self.model.optimizer, self.progress.steps)
+    def blocking_round(self, by_trigger: bool = False, warm_start: bool = False) -> None:
+        """Every worker takes the mean now (after a one-worker warm start, rank 0's
+        state); `by_trigger`: a round the trigger held, which its report goes with."""
+        self.progress.state_bytes += self.report.before_state()
+        set_optimizer_step(self.model.optimizer, self.progress.steps)  # the outer step's rate
         # After a synchronous warm start only the BatchNorm statistics differ; after a
         # one-worker warm start everything but rank 0's state is thrown away.
         distance = self.averager.average(apply_outer=not warm_start,
@@ -381,46 +358,48 @@ class LocalSGD(keras.callbacks.Callback):
             self._epoch_distances.append(distance)
         self._count_round()
         self.progress.consensus_step = self.progress.steps
+        if by_trigger:
+            self.progress.state_bytes += self.report.after_state()
 
-    def _overlapped_round(self) -> None:
-        """Apply the round in flight, then start the next one from the state that gives;
-        the workers are not in consensus until a blocking round."""
-        self._finish_overlapped()
-        report = self.adaptive.report() if self.adaptive is not None else None
+    def start_overlapped(self) -> None:
+        """Start a round from the state now, behind the next steps; the workers are not in
+        consensus until a blocking round."""
+        report = self.report.carried()
         self._overlapped.start(self.progress.steps, report)
         self._count_round()
         if report is not None and self._overlapped.in_flight:
-            self.progress.state_bytes += REPORT_BYTES
+            self.progress.state_bytes += report.nbytes
 
-    def _finish_overlapped(self) -> None:
-        finished = self._overlapped.finish() if self._overlapped is not None else None
-        if finished is not None:
-            self._epoch_distances.append(finished.distance)
-            if finished.report is not None and self.timed is not None:
-                self._follow_job_step(self.timed.learn(finished.report))
-            elif finished.report is not None:
-                self.adaptive.learn(finished.report)
+    def finish_in_flight(self) -> None:
+        """Wait for the overlapped round in flight, if any, and apply it."""
+        if self._overlapped is None or not self._overlapped.in_flight:
+            return
+        started_at = self._overlapped.started_at
+        finished = self._overlapped.finish()
+        self._epoch_distances.append(finished.distance)
+        self.report.learn(finished.report)
+        if started_at == self.progress.steps:
+            # Nothing moved since its snapshot: every worker now holds its mean.
+            self.progress.consensus_step = self.progress.steps
+
+    def round_held(self) -> None:
+        """The trigger's round is held (of either kind): count the next period from here."""
+        self.trigger.held(self.progress.steps)
+        self.report.round_held()
 
     def reach_consensus(self) -> None:
         """Make every worker hold the same state now: a round in flight is applied, then a
         blocking round unless the workers already agree. A collective call; hvdtrain calls
         it before evaluations (also within an epoch), at epoch ends and at the end."""
         with self._timing_rounds():
-            if self._overlapped is not None and self._overlapped.in_flight:
-                started_at = self._overlapped.started_at
-                self._finish_overlapped()
-                if started_at == self.progress.steps:
-                    # Nothing moved since its snapshot: every worker now holds its mean.
-                    self.progress.consensus_step = self.progress.steps
+            self.finish_in_flight()
             if self.averager is not None and not self.progress.in_consensus:
                 # Blocking in overlapped mode too: the caller needs the consensus model now.
-                self._blocking_round(warm_start=self.progress.steps <= self.warm.steps)
+                self.blocking_round(warm_start=self.progress.steps <= self.warm.steps)
 
     def _count_round(self) -> None:
         self.progress.averaging_rounds += 1
         self.progress.state_bytes += self.averager.bytes_per_round
-        if self.timed is not None:  # out of step means more than one worker
-            self.progress.state_bytes += self.timed.report_bytes
 
     @contextlib.contextmanager
     def _timing_rounds(self):
@@ -439,7 +418,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.progress.take_job_step(job_step)
         set_optimizer_step(self.model.optimizer, job_step)
 
-    def _stop_epoch(self) -> None:
+    def stop_epoch(self) -> None:
         self.model.stop_training = True
         self.timed.stopped = True
 
