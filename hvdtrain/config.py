@@ -311,6 +311,9 @@ def _check_timed(cfg: "TrainConfig") -> None:
     _positive_float(cfg, "sync_seconds")
     if cfg.mode not in LOCAL_MODES:
         raise ConfigError(f"--sync-seconds needs --mode local or async, got --mode {cfg.mode}")
+    if cfg.n_sync is not None and isinstance(parse_n_sync(cfg.n_sync), AutoPeriod):
+        raise ConfigError(f"--n-sync {cfg.n_sync} adapts a period of steps; --sync-seconds "
+                          "sets rounds by time instead: give one of them")
     if cfg.eval_every:
         raise ConfigError(f"--eval-every {cfg.eval_every} needs the workers in step; with "
                           "--sync-seconds their steps differ (evaluate at epoch ends instead)")

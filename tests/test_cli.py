@@ -38,6 +38,8 @@ def test_cli_options_map_onto_config_fields():
     (["--mode", "local", "--n-sync", "0"], "hvdtrain: error: --n-sync must be a positive integer, got 0"),
     (["--outer-optimizer", "slowmo"], "hvdtrain: error: --outer-optimizer needs --mode local"),
     (["--config", "/nonexistent.yaml"], "hvdtrain: error: config file not found: /nonexistent.yaml"),
+    (["--mode", "local", "--n-sync", "auto", "--sync-seconds", "2"],
+     "hvdtrain: error: --n-sync auto adapts a period of steps; --sync-seconds sets rounds by time"),
 ])
 def test_bad_configuration_exits_non_zero_with_one_line(argv, message):
     result = subprocess.run([sys.executable, "-m", "hvdtrain", "train", *argv],
@@ -45,6 +47,29 @@ def test_bad_configuration_exits_non_zero_with_one_line(argv, message):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.strip().startswith(message)
+
+
+def test_a_keras_layer_argument_error_in_setup_is_one_line_other_value_errors_are_not(
+        monkeypatch, capsys):
+    from hvdtrain.errors import ArgumentError
+    from hvdtrain.training import runner
+
+    def refused(cfg):  # what a Keras-layer check raises for a clash validation let through
+        raise ArgumentError("LocalSGD takes n_sync or sync_seconds, got n_sync='auto' and "
+                            "sync_seconds=2.0")
+
+    monkeypatch.setattr(runner, "train", refused)
+    assert main(["train"]) == 2
+    assert capsys.readouterr().err == ("hvdtrain: error: LocalSGD takes n_sync or sync_seconds, "
+                                       "got n_sync='auto' and sync_seconds=2.0\n")
+    assert issubclass(ArgumentError, ValueError)  # a user's own model.fit still gets ValueError
+
+    def broken(cfg):  # e.g. TensorFlow failing deep inside training: a bug, with its traceback
+        raise ValueError("Shapes (8, 10) and (8, 5) are incompatible")
+
+    monkeypatch.setattr(runner, "train", broken)
+    with pytest.raises(ValueError, match="Shapes"):
+        main(["train"])
 
 
 @pytest.mark.parametrize("argv, message", [
