@@ -29,6 +29,11 @@ class DataError(HvdtrainError):
     exit_code = 3
 
 
+class RunFolderError(HvdtrainError):
+    """The run folder (--out) cannot be made or written: no such parent, no permission,
+    a full disk."""
+
+
 class PeerLostError(HvdtrainError):
     """A collective failed because another worker died or left (a job without --elastic)."""
 

@@ -38,6 +38,7 @@ def test_cli_options_map_onto_config_fields():
     (["--mode", "local", "--n-sync", "0"], "hvdtrain: error: --n-sync must be a positive integer, got 0"),
     (["--outer-optimizer", "slowmo"], "hvdtrain: error: --outer-optimizer needs --mode local"),
     (["--config", "/nonexistent.yaml"], "hvdtrain: error: config file not found: /nonexistent.yaml"),
+    (["--config", "/etc"], "hvdtrain: error: config file /etc cannot be read: Is a directory"),
     (["--mode", "local", "--n-sync", "auto", "--sync-seconds", "2"],
      "hvdtrain: error: --n-sync auto adapts a period of steps; --sync-seconds sets rounds by time"),
 ])
@@ -109,6 +110,23 @@ def test_missing_data_exits_non_zero_naming_the_folder(tmp_path):
     assert result.returncode == 3
     assert f"hvdtrain: error: {tmp_path}/gone: Fashion-MNIST folder not found" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("out, reason", [
+    ("/proc/forbidden/run", "/proc/forbidden: No such file or directory"),
+    ("{tmp}/a-file/run", "Not a directory"),
+], ids=["parent-cannot-be-made", "parent-is-a-file"])
+def test_a_run_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path, out, reason):
+    (tmp_path / "a-file").write_text("")
+    out = out.format(tmp=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "hvdtrain", "train", "--dataset", "synthetic", "--train-examples",
+         "64", "--epochs", "1", "--out", out], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"hvdtrain: error: run folder {out} cannot be written: {reason}")
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

@@ -84,6 +84,12 @@ def test_yaml_errors_name_the_file(tmp_path):
     broken.write_text("epochs: [2\n")
     with pytest.raises(ConfigError, match=f"config file {broken} is not valid YAML"):
         load_config(str(broken))
+    with pytest.raises(ConfigError, match=f"config file {tmp_path} cannot be read: Is a directory"):
+        load_config(str(tmp_path))
+    binary = tmp_path / "weights.h5"
+    binary.write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
+    with pytest.raises(ConfigError, match=f"config file {binary} is not UTF-8 text"):
+        load_config(str(binary))
     listed = tmp_path / "list.yaml"
     listed.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="must hold a mapping"):
