@@ -11,19 +11,11 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.config import UNUSED_IN_SYNC, TrainConfig, load_config, option_flag
+from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, ignored_in, load_config,
+                             option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
-
-# Options that may differ between a run and its resumption (the number of workers is not
-# an option: progress is kept in examples, so any -np can continue a run).
-# How workers sit on cores and how gradients are grouped change speed, not what is learned;
-# --deterministic only how sums round.
-RESUMABLE_CHANGES = {"out", "resume", "step_timeout", "log_every", "validate", "keep_checkpoints",
-                     "data_dir", "checkpoint_every", "init_weights", "pin_cores", "bucket_mb",
-                     "deterministic"}
-
 
 @dataclass
 class ResumePlan:
@@ -104,8 +96,8 @@ def _saved_config(cfg: TrainConfig) -> TrainConfig:
 
 def _check_same_run(cfg: TrainConfig, saved: TrainConfig) -> None:
     ignored = set(RESUMABLE_CHANGES)
-    if cfg.mode == saved.mode == "sync":  # e.g. a run saved under an older default period
-        ignored.update(UNUSED_IN_SYNC)
+    if cfg.mode == saved.mode:  # e.g. a sync run saved under an older default period
+        ignored.update(ignored_in(cfg.mode))
     for name in TrainConfig.field_names():
         if name not in ignored and getattr(saved, name) != getattr(cfg, name):
             raise ConfigError(
