@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except HvdtrainError as exc:
+    except HvdtrainError as exc:  # the Keras layer's argument checks too (ArgumentError)
         print(f"hvdtrain: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
 

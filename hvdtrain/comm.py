@@ -23,7 +23,7 @@ from hvdtrain.errors import ConfigError
 
 
 _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers
-_flat_groups = False  # whether a group is allreduced as one flat tensor (fusion off)
+FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD"  # bytes; Horovod reads it when it starts
 
 
 def init(fuse_tensors: bool = True) -> None:
@@ -33,19 +33,27 @@ def init(fuse_tensors: bool = True) -> None:
     buffer depends on which are ready in the same cycle, i.e. on timing, and with three
     or more workers the ring sums each element in an order set by its place in the
     buffer: two identical runs then round differently, and the difference grows. Each
-    group then travels as one flat tensor instead (`average`, `total`): unfused, a
-    group's tensors would go one ring allreduce each, which halved LeNet's throughput.
+    group then travels as one flat tensor instead (`average`, `total`).
     """
-    global _worlds_started, _flat_groups
+    global _worlds_started
     if not fuse_tensors:
-        if hvd.is_initialized() and os.environ.get("HOROVOD_FUSION_THRESHOLD") != "0":
+        if hvd.is_initialized() and not fusion_is_off():
             raise ConfigError("--deterministic must start Horovod itself: this process "
                               "started it earlier with tensor fusion on")
-        os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"  # Horovod reads it when it starts
-        _flat_groups = True
+        os.environ[FUSION_THRESHOLD] = "0"
     if not hvd.is_initialized():
         hvd.init()
         _worlds_started += 1
+
+
+def fusion_is_off() -> bool:
+    """Whether Horovod runs without tensor fusion: its threshold is 0, set by
+    `init(fuse_tensors=False)` or by the user (horovodrun --fusion-threshold-mb 0). Read
+    from Horovod's own setting, so the way groups travel cannot disagree with it."""
+    try:
+        return int(os.environ.get(FUSION_THRESHOLD, "-1")) == 0
+    except ValueError:
+        return False
 
 
 def world_id() -> int:
@@ -74,35 +82,40 @@ def is_chief() -> bool:
     return hvd.rank() == 0
 
 
-def average(tensors: Sequence[tf.Tensor], name: str | None = None,
-            fp16: bool = False) -> list[tf.Tensor]:
+def average(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = False,
+            flat: bool | None = None) -> list[tf.Tensor]:
     """Element-wise mean over workers of each tensor, as one grouped allreduce.
 
     Works eagerly and inside tf.function. With one worker it returns the inputs.
+    `flat`: whether a group of one dtype travels as one flat tensor; by default when
+    fusion is off (`fusion_is_off`), where Horovod would give each of the group's tensors
+    a ring allreduce of its own (that halved LeNet's throughput).
     """
     tensors = list(tensors)
     if hvd.size() == 1 or not tensors:
         return tensors
-    return _allreduce_group(tensors, hvd.Average, name, fp16)
+    return _allreduce_group(tensors, hvd.Average, name, fp16, flat)
 
 
-def total(tensors: Sequence[tf.Tensor], name: str | None = None,
-          fp16: bool = False) -> list[tf.Tensor]:
-    """Element-wise sum over workers, as one grouped allreduce."""
+def total(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = False,
+          flat: bool | None = None) -> list[tf.Tensor]:
+    """Element-wise sum over workers, as one grouped allreduce; `flat` as for `average`."""
     tensors = list(tensors)
     if hvd.size() == 1 or not tensors:
         return tensors
-    return _allreduce_group(tensors, hvd.Sum, name, fp16)
+    return _allreduce_group(tensors, hvd.Sum, name, fp16, flat)
 
 
-def _allreduce_group(tensors: list[tf.Tensor], op, name: str | None,
-                     fp16: bool) -> list[tf.Tensor]:
+def _allreduce_group(tensors: list[tf.Tensor], op, name: str | None, fp16: bool,
+                     flat: bool | None) -> list[tf.Tensor]:
     compression = hvd.Compression.fp16 if fp16 else hvd.Compression.none
-    if _flat_groups and len({t.dtype for t in tensors}) == 1 and all(
+    if flat is None:
+        flat = fusion_is_off()
+    if flat and len({t.dtype for t in tensors}) == 1 and all(
             t.shape.is_fully_defined() for t in tensors):
-        (flat,) = hvd.grouped_allreduce([flatten(tensors)], op=op, name=name,
-                                        compression=compression)
-        return unflatten(flat, tensors)
+        (reduced,) = hvd.grouped_allreduce([flatten(tensors)], op=op, name=name,
+                                           compression=compression)
+        return unflatten(reduced, tensors)
     return list(hvd.grouped_allreduce(tensors, op=op, name=name, compression=compression))
 
 

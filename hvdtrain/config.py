@@ -3,6 +3,8 @@
 `TrainConfig` is the single source of truth: the CLI builds its options from the
 field metadata below, YAML files and CLI overrides are merged into it, it is
 validated once, and the resolved copy is saved as `config.yaml` in the run folder.
+Everything about one option (help, choices, the modes that use it, its default in each,
+whether a resumed run may change it) is in its one `_opt(...)` call.
 """
 
 from __future__ import annotations
@@ -38,12 +40,6 @@ AUTO_MIN_PERIOD = 2
 # period. Both with local steps at no more than 4 workers' linearly scaled rate.
 DEFAULT_N_SYNC = {"local": "40/workers", "async": "10/workers"}
 DEFAULT_LOCAL_LR_WORKERS = 4
-# Options sync mode ignores whatever their values (a sync run may resume under others).
-UNUSED_IN_SYNC = ("n_sync", "average_optimizer_state", "local_lr_workers")
-# Options only local and async modes use, with the values that leave them unused: a sync
-# run refuses anything else, and a sweep's sync runs put them back to these.
-LOCAL_ONLY_DEFAULTS = (("warm_start_steps", 0), ("warm_start", "sync"),
-                       ("outer_optimizer", "none"), ("outer_lr", 1.0), ("outer_momentum", 0.0))
 # The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here
 # so a typo is caught before TensorFlow is imported (tests check they match the registries).
 DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic",
@@ -55,8 +51,24 @@ MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet
 DEFAULT_BUCKET_MB = "auto"
 
 
-def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
-    return field(default=default, metadata={"help": help, "choices": choices})
+def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, *,
+         resumable: bool = False, modes: tuple[str, ...] = MODES, elsewhere: str = "refused",
+         default_per_mode: Mapping[str, Any] | None = None):
+    """One option and every rule about it, as argparse's add_argument keeps them in one call.
+
+    resumable: may differ between a run and its resumption: it changes where files are,
+      how often things are written or how fast training goes, not what is learned.
+    modes: the modes that use it. In another mode it is `elsewhere`: "refused" unless it
+      keeps `default` (the value that leaves it unused), or "ignored" whatever its value
+      (a run of that mode may also resume under another value).
+    default_per_mode: the default in each mode, made concrete by `TrainConfig.resolved`
+      (`default` is then None) and shown by the command's help.
+    """
+    if elsewhere not in ("refused", "ignored"):
+        raise ValueError(f"elsewhere must be 'refused' or 'ignored', got {elsewhere!r}")
+    return field(default=default, metadata={
+        "help": help, "choices": choices, "resumable": resumable, "modes": modes,
+        "elsewhere": elsewhere, "default_per_mode": dict(default_per_mode or {})})
 
 
 @dataclass
@@ -68,7 +80,8 @@ class TrainConfig:
         "synthetic-device one random batch per worker made and kept on its device (no input "
         "pipeline: benchmarks)", DATASETS)
     data_dir: str | None = _opt(
-        None, "folder holding the dataset files (default: the dataset's standard path)")
+        None, "folder holding the dataset files (default: the dataset's standard path)",
+        resumable=True)
     train_examples: int | None = _opt(
         None, "fashion-mnist, cifar10, synthetic: train on the first N examples only (quick "
               "runs and tests); imagenet: take N as the number of training records, so TFRecords "
@@ -95,7 +108,8 @@ class TrainConfig:
         DEFAULT_LOCAL_LR_WORKERS,
         "local and async modes: the linear scaling rule counts at most this many workers "
         "(0: all of them), since a local step trains on one worker's batch: at 8 workers the "
-        "fully scaled rate made LeNet's local steps diverge where sync's did not")
+        "fully scaled rate made LeNet's local steps diverge where sync's did not",
+        modes=LOCAL_MODES, elsewhere="ignored")
     lr_decay: str = _opt("cosine", "decay after warmup", LR_DECAYS)
     momentum: float = _opt(0.9, "SGD momentum (0 for plain SGD)")
     nesterov: bool = _opt(False, "use Nesterov momentum with SGD")
@@ -114,42 +128,50 @@ class TrainConfig:
         None,
         "local and async modes: local steps between two weight averagings; N/workers: "
         "ceil(N / workers) steps, so the local steps between rounds summed over the workers "
-        "stay N whatever -np is. Default: 40/workers in local mode (10 steps at 4 workers, "
-        "5 at 8), 10/workers in async mode (3 at 4 workers, 2 at 8); auto: the "
-        "period adapts to training, AdaComm's rule ceil(sqrt(loss / first loss) * 32) "
-        "on the workers' averaged training loss since the last round, set anew at "
-        "every round and never below 2 (auto:N starts from N)")
+        "stay N whatever -np is (40/workers: 10 steps at 4 workers, 5 at 8; 10/workers: 3 "
+        "and 2); auto: the period adapts to training, AdaComm's rule "
+        "ceil(sqrt(loss / first loss) * 32) on the workers' averaged training loss since the "
+        "last round, set anew at every round and never below 2 (auto:N starts from N)",
+        modes=LOCAL_MODES, elsewhere="ignored", default_per_mode=DEFAULT_N_SYNC)
     sync_seconds: float | None = _opt(
         None, "local and async modes: average every this many seconds of each worker's wall "
               "time instead of every --n-sync steps, so a faster worker takes more steps; an "
               "epoch then ends at the first round at which the workers together have trained "
               "its examples (a little over, by less than one period)")
     warm_start_steps: int = _opt(
-        0, "local mode: steps of a warm start before going local (see --warm-start)")
+        0, "local mode: steps of a warm start before going local (see --warm-start)",
+        modes=LOCAL_MODES)
     warm_start: str = _opt(
         "sync", "local mode: how the --warm-start-steps train. sync: gradients averaged every "
                 "step (post-local SGD); single: one worker's warm start as in Paine et al. "
                 "(2013), where only rank 0's progress counts and every worker then takes its "
-                "state (the other workers' steps in that phase are discarded)", WARM_STARTS)
+                "state (the other workers' steps in that phase are discarded)", WARM_STARTS,
+        modes=LOCAL_MODES)
     init_weights: str | None = _opt(
-        None, "start from these weights (.weights.h5), e.g. a one-worker warm start")
+        None, "start from these weights (.weights.h5), e.g. a one-worker warm start",
+        resumable=True)
     average_bn_stats: bool = _opt(
         True, "local mode: average BatchNorm moving statistics at each sync")
     average_optimizer_state: bool | None = _opt(
         None, "local and async modes: also average optimizer slots (momentum, Adam moments) "
               "at each round, so no worker keeps pushing along its own momentum after it "
-              "(twice the bytes of a round for SGD with momentum). Default: on in local mode, "
-              "off in async mode, whose rounds land a period late: averaging a period-stale "
-              "momentum cost async runs about 4 points at 4 workers")
+              "(twice the bytes of a round for SGD with momentum). Async mode's rounds land a "
+              "period late: averaging a period-stale momentum cost async runs about 4 points "
+              "at 4 workers",
+        modes=LOCAL_MODES, elsewhere="ignored",
+        default_per_mode={"sync": False, "local": True, "async": False})
     outer_optimizer: str = _opt(
-        "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS)
-    outer_lr: float = _opt(1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging")
-    outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)")
+        "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS,
+        modes=LOCAL_MODES)
+    outer_lr: float = _opt(
+        1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging",
+        modes=LOCAL_MODES)
+    outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
 
     pin_cores: bool = _opt(
         False, "give each worker on a machine its own equal share of the CPU cores (all its "
                "threads, Horovod's too), as MPI's --bind-to core does: workers that share "
-               "cores slow each other down")
+               "cores slow each other down", resumable=True)
     model_parallel: int = _opt(
         1, "devices each worker splits its model over: 2 puts the columns of alexnet-2col on "
            "GPUs 2*local_rank and 2*local_rank+1 (or two logical CPUs); workers stay "
@@ -162,7 +184,8 @@ class TrainConfig:
                "bitwise on CPU. Each gradient group (--bucket-mb) and each round's state "
                "then travels as one flat tensor. It cost 29% of LeNet's and 8% of "
                "ResNet-20's sync throughput at 4 workers on 2 cores. GPU kernels (cuDNN) are "
-               "not made deterministic")
+               "not made deterministic",
+        resumable=True)  # it changes only how sums round
 
     # Speed.
     mixed_precision: bool = _opt(
@@ -177,11 +200,12 @@ class TrainConfig:
         DEFAULT_BUCKET_MB, "sync mode: average gradients in groups, last layers first, so early "
                            "groups travel while back-propagation goes on: auto (the model's "
                            "gradients in about 8 groups), auto:K (K groups), or a size in MB "
-                           "(25; 0: one group)")
+                           "(25; 0: one group)", resumable=True)
 
     # Output and fault tolerance.
-    out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)")
-    validate: bool = _opt(True, "evaluate on the test split after every epoch")
+    out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)",
+                           resumable=True)
+    validate: bool = _opt(True, "evaluate on the test split after every epoch", resumable=True)
     eval_every: int = _opt(
         0, "also evaluate every N steps within epochs, after a round that brings the workers "
            "to consensus, with a line per evaluation in metrics.jsonl (test_accuracy, "
@@ -192,11 +216,13 @@ class TrainConfig:
               "test split every time (default: all of it)")
     checkpoint_every: str = _opt(
         "1epoch", "checkpoint interval: N steps (500, 500steps) or N epochs (2e, 2epochs); in "
-                  "local mode a step checkpoint waits for the next averaging round")
-    keep_checkpoints: int = _opt(3, "how many of the newest checkpoints to keep")
+                  "local mode a step checkpoint waits for the next averaging round",
+        resumable=True)
+    keep_checkpoints: int = _opt(3, "how many of the newest checkpoints to keep", resumable=True)
     resume: str = _opt(
         "auto", "auto: continue from the newest sound checkpoint in the run folder if there is "
-                "one; never: refuse a folder that holds a run; or a checkpoint folder to start from")
+                "one; never: refuse a folder that holds a run; or a checkpoint folder to start from",
+        resumable=True)
     elastic: bool = _opt(
         False, "elastic training: keep going when workers leave or join (run under horovodrun "
                "--min-np/--max-np --host-discovery-script); needs --out")
@@ -205,10 +231,12 @@ class TrainConfig:
     log_every: float = _opt(
         30.0, "seconds between progress lines within an epoch (step, epoch, loss, images/sec, "
               "time left), printed by rank 0 when the output is not a terminal, beside Keras's "
-              "line per epoch; epochs shorter than this get none; 0 turns them off")
+              "line per epoch; epochs shorter than this get none; 0 turns them off",
+        resumable=True)
     step_timeout: float = _opt(
         600.0, "seconds without a finished step before a worker ends the job, naming the step "
-               "(a dead or hung peer would otherwise stall it forever); 0 turns this off")
+               "(a dead or hung peer would otherwise stall it forever); 0 turns this off",
+        resumable=True)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -223,11 +251,9 @@ class TrainConfig:
 
     def resolved(self) -> "TrainConfig":
         """The defaults that depend on the mode made concrete: what a run uses and saves."""
-        changes: dict[str, Any] = {}
-        if self.n_sync is None and self.mode in DEFAULT_N_SYNC:  # sync mode has no period
-            changes["n_sync"] = DEFAULT_N_SYNC[self.mode]
-        if self.average_optimizer_state is None:
-            changes["average_optimizer_state"] = self.mode == "local"
+        changes = {f.name: f.metadata["default_per_mode"][self.mode]
+                   for f in dataclasses.fields(self)
+                   if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
         return dataclasses.replace(self, **changes) if changes else self
 
     def validate_values(self) -> "TrainConfig":
@@ -274,12 +300,12 @@ class TrainConfig:
                                   f"got {getattr(self, name)!r}")
         parse_shape(self.synthetic_shape)
 
-        if self.mode not in LOCAL_MODES:
-            for name, default in LOCAL_ONLY_DEFAULTS:
-                if getattr(self, name) != default:
-                    raise ConfigError(
-                        f"{option_flag(name)} needs --mode local or async, got {option_flag(name)} "
-                        f"{getattr(self, name)} with --mode {self.mode}")
+        for name, default in refused_in(self.mode):
+            if getattr(self, name) != default:
+                modes = " or ".join(_field(name).metadata["modes"])
+                raise ConfigError(
+                    f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "
+                    f"{getattr(self, name)} with --mode {self.mode}")
         if self.warm_start == "single" and self.warm_start_steps == 0:
             raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
                               "--warm-start-steps 0")
@@ -298,6 +324,25 @@ class TrainConfig:
         return self
 
 
+# Options that may differ between a run and its resumption (the number of workers is not
+# an option: progress is kept in examples, so any -np can continue a run).
+RESUMABLE_CHANGES = frozenset(f.name for f in dataclasses.fields(TrainConfig)
+                              if f.metadata["resumable"])
+
+
+def ignored_in(mode: str) -> frozenset[str]:
+    """Options `mode` ignores whatever their values (so a run may resume under others)."""
+    return frozenset(f.name for f in dataclasses.fields(TrainConfig)
+                     if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "ignored")
+
+
+def refused_in(mode: str) -> tuple[tuple[str, Any], ...]:
+    """Options `mode` does not use, each with the one value it accepts (the value that leaves
+    it unused): a run of `mode` refuses any other, and a sweep's runs put them back to it."""
+    return tuple((f.name, f.default) for f in dataclasses.fields(TrainConfig)
+                 if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "refused")
+
+
 def _check_async(cfg: "TrainConfig") -> None:
     """What overlapped rounds cannot do, refused in one line. (Step checkpoints and elastic
     commits are fine: the round before one blocks, LocalSGD(consensus_every=...).)"""
@@ -311,6 +356,9 @@ def _check_timed(cfg: "TrainConfig") -> None:
     _positive_float(cfg, "sync_seconds")
     if cfg.mode not in LOCAL_MODES:
         raise ConfigError(f"--sync-seconds needs --mode local or async, got --mode {cfg.mode}")
+    if cfg.n_sync is not None and isinstance(parse_n_sync(cfg.n_sync), AutoPeriod):
+        raise ConfigError(f"--n-sync {cfg.n_sync} adapts a period of steps; --sync-seconds "
+                          "sets rounds by time instead: give one of them")
     if cfg.eval_every:
         raise ConfigError(f"--eval-every {cfg.eval_every} needs the workers in step; with "
                           "--sync-seconds their steps differ (evaluate at epoch ends instead)")
@@ -428,6 +476,10 @@ def _read_yaml(path: str) -> dict[str, Any]:
             data = yaml.safe_load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:  # a folder, no permission
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" (line {line + 1})" if line is not None else ""

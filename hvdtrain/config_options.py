@@ -28,6 +28,20 @@ def number_or_word(text: str) -> int | str:
     return int(text) if text.strip().isdigit() else text
 
 
+def default_text(f: dataclasses.Field) -> str | None:
+    """An option's default as its help shows it: 64, on, or per mode ("40/workers in local
+    mode, 10/workers in async mode", in the modes that use it)."""
+    per_mode = f.metadata["default_per_mode"]
+    if per_mode:
+        return ", ".join(f"{_shown(per_mode[mode])} in {mode} mode"
+                         for mode in f.metadata["modes"] if mode in per_mode)
+    return None if f.default is None else _shown(f.default)
+
+
+def _shown(value) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
 def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
     """One option per TrainConfig field (or per field in `names`), help from its metadata.
 
@@ -42,15 +56,14 @@ def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
         flag = "--" + f.name.replace("_", "-")
         help_text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
         kind = field_type(hints[f.name])
+        default = default_text(f)
+        if default is not None:  # None: the help text itself says what happens without it
+            help_text += f" (default: {default})"
         if kind is bool:
-            if f.default is not None:  # None: the mode decides, as the help text says
-                help_text += f" (default: {'on' if f.default else 'off'})"
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=argparse.SUPPRESS, help=help_text)
             continue
         choices = f.metadata["choices"]
-        if f.default is not None:  # a None default is explained in the help text itself
-            help_text += f" (default: {f.default})"
         parser.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
                             metavar="{" + ",".join(choices) + "}" if choices else f.name.upper(),
                             help=help_text)

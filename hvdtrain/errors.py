@@ -13,10 +13,25 @@ class ConfigError(HvdtrainError):
     exit_code = 2
 
 
+class ArgumentError(ConfigError, ValueError):
+    """An argument of the Keras layer (`hvdtrain.keras`) is invalid, or two clash.
+
+    A ValueError to code that calls the layer from its own `model.fit`, as Keras's own
+    argument checks are; a ConfigError to the CLI, so a combination that configuration
+    validation let through still ends in one line. A ValueError from deeper down (e.g.
+    TensorFlow during training) is not one of these and keeps its traceback.
+    """
+
+
 class DataError(HvdtrainError):
     """A data file or directory is missing, unreadable or malformed."""
 
     exit_code = 3
+
+
+class RunFolderError(HvdtrainError):
+    """The run folder (--out) cannot be made or written: no such parent, no permission,
+    a full disk."""
 
 
 class PeerLostError(HvdtrainError):

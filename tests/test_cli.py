@@ -20,10 +20,12 @@ def test_help_documents_every_option_with_its_default(capsys, monkeypatch):
         assert "--" + f.name.replace("_", "-") in text
         assert " ".join(f.metadata["help"].split()) in text
     assert "(default: 64)" in text and "(default: cosine)" in text and "--config FILE.yaml" in text
-    assert "Default: 40/workers in local mode" in text and "29% of LeNet's" in text
+    assert "(default: 40/workers in local mode, 10/workers in async mode)" in text
+    assert "29% of LeNet's" in text
     # A switch whose default depends on the mode says so, not "off".
     switch = text.split("--no-average-optimizer-state ")[1].split(" --")[0]
-    assert "Default: on in local mode, off in async mode" in switch and "(default:" not in switch
+    assert switch.endswith("(default: on in local mode, off in async mode)")
+    assert switch.count("(default:") == 1
 
 
 def test_cli_options_map_onto_config_fields():
@@ -38,6 +40,9 @@ def test_cli_options_map_onto_config_fields():
     (["--mode", "local", "--n-sync", "0"], "hvdtrain: error: --n-sync must be a positive integer, got 0"),
     (["--outer-optimizer", "slowmo"], "hvdtrain: error: --outer-optimizer needs --mode local"),
     (["--config", "/nonexistent.yaml"], "hvdtrain: error: config file not found: /nonexistent.yaml"),
+    (["--config", "/etc"], "hvdtrain: error: config file /etc cannot be read: Is a directory"),
+    (["--mode", "local", "--n-sync", "auto", "--sync-seconds", "2"],
+     "hvdtrain: error: --n-sync auto adapts a period of steps; --sync-seconds sets rounds by time"),
 ])
 def test_bad_configuration_exits_non_zero_with_one_line(argv, message):
     result = subprocess.run([sys.executable, "-m", "hvdtrain", "train", *argv],
@@ -45,6 +50,29 @@ def test_bad_configuration_exits_non_zero_with_one_line(argv, message):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.strip().startswith(message)
+
+
+def test_a_keras_layer_argument_error_in_setup_is_one_line_other_value_errors_are_not(
+        monkeypatch, capsys):
+    from hvdtrain.errors import ArgumentError
+    from hvdtrain.training import runner
+
+    def refused(cfg):  # what a Keras-layer check raises for a clash validation let through
+        raise ArgumentError("LocalSGD takes n_sync or sync_seconds, got n_sync='auto' and "
+                            "sync_seconds=2.0")
+
+    monkeypatch.setattr(runner, "train", refused)
+    assert main(["train"]) == 2
+    assert capsys.readouterr().err == ("hvdtrain: error: LocalSGD takes n_sync or sync_seconds, "
+                                       "got n_sync='auto' and sync_seconds=2.0\n")
+    assert issubclass(ArgumentError, ValueError)  # a user's own model.fit still gets ValueError
+
+    def broken(cfg):  # e.g. TensorFlow failing deep inside training: a bug, with its traceback
+        raise ValueError("Shapes (8, 10) and (8, 5) are incompatible")
+
+    monkeypatch.setattr(runner, "train", broken)
+    with pytest.raises(ValueError, match="Shapes"):
+        main(["train"])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -84,6 +112,23 @@ def test_missing_data_exits_non_zero_naming_the_folder(tmp_path):
     assert result.returncode == 3
     assert f"hvdtrain: error: {tmp_path}/gone: Fashion-MNIST folder not found" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("out, reason", [
+    ("/proc/forbidden/run", "/proc/forbidden: No such file or directory"),
+    ("{tmp}/a-file/run", "Not a directory"),
+], ids=["parent-cannot-be-made", "parent-is-a-file"])
+def test_a_run_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path, out, reason):
+    (tmp_path / "a-file").write_text("")
+    out = out.format(tmp=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "hvdtrain", "train", "--dataset", "synthetic", "--train-examples",
+         "64", "--epochs", "1", "--out", out], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"hvdtrain: error: run folder {out} cannot be written: {reason}")
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

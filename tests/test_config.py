@@ -57,6 +57,9 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"step_timeout": -1.0}, "--step-timeout must be zero or positive, got -1.0"),
     ({"log_every": -5.0}, "--log-every must be zero or positive, got -5.0"),
     ({"elastic": True}, "--elastic needs --out"),
+    ({"mode": "local", "n_sync": "auto:16", "sync_seconds": 2.0},
+     "--n-sync auto:16 adapts a period of steps; --sync-seconds sets rounds by time instead: "
+     "give one of them"),
     ({"model": "nosuch"}, "--model must be one of alexnet, alexnet-lrn, alexnet-2col, lenet, "
                           "resnet50, resnet20, resnet32, resnet56, got 'nosuch'"),
     ({"dataset": "mnist"}, "--dataset must be one of fashion-mnist, cifar10, imagenet, "
@@ -81,6 +84,12 @@ def test_yaml_errors_name_the_file(tmp_path):
     broken.write_text("epochs: [2\n")
     with pytest.raises(ConfigError, match=f"config file {broken} is not valid YAML"):
         load_config(str(broken))
+    with pytest.raises(ConfigError, match=f"config file {tmp_path} cannot be read: Is a directory"):
+        load_config(str(tmp_path))
+    binary = tmp_path / "weights.h5"
+    binary.write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
+    with pytest.raises(ConfigError, match=f"config file {binary} is not UTF-8 text"):
+        load_config(str(binary))
     listed = tmp_path / "list.yaml"
     listed.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="must hold a mapping"):

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import psutil
@@ -220,6 +221,71 @@ def test_a_crash_during_save_leaves_no_checkpoint_under_a_final_name(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         store.save(Crashing(v=tf.Variable([1.0])), _saved(10))
     assert os.listdir(store.folder) == ["step-000000005"]
+
+
+def _run_with_checkpoints(out, steps) -> CheckpointStore:
+    """A stopped run in `out` (its config.yaml, saves every 500 steps) with checkpoints at `steps`."""
+    out.mkdir()
+    load_config(None, {"out": str(out), "checkpoint_every": "500"}).resolved().save_yaml(
+        str(out / "config.yaml"))
+    store = CheckpointStore(str(out / "checkpoints"), keep=3)
+    for step in steps:
+        store.save(_state(step), _saved(step))
+    return store
+
+
+def _names(paths) -> list[str]:
+    return [os.path.basename(p) for p in paths]
+
+
+def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_it(tmp_path,
+                                                                                  capsys):
+    from hvdtrain.training.resume import plan_resume, restore_on_chief
+
+    comm.init()  # a world of one worker: this process is rank 0
+    out = tmp_path / "run"
+    store = _run_with_checkpoints(out, (3000, 4000, 5000))
+    cfg = load_config(None, {"out": str(out), "checkpoint_every": "500",
+                             "resume": store.path_for(3000)}).resolved()
+    plan = plan_resume(cfg)
+    restore_on_chief(plan, _state(0), cfg)
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "branch" in line]
+    assert re.fullmatch(r"hvdtrain: resuming from an older checkpoint starts a new branch: moved "
+                        r"the newer step-000004000, step-000005000 to (\S+/abandoned-\S+) \(.*\)",
+                        line), line
+    aside = re.search(r" to (\S+) \(", line).group(1)
+    assert _names(CheckpointStore(aside).checkpoints()) == ["step-000005000", "step-000004000"]
+    assert _names(store.checkpoints()) == ["step-000003000"]
+    # The new branch's first save keeps the checkpoint it started from...
+    store.save(_state(3500), _saved(3500))
+    assert _names(store.checkpoints()) == ["step-000003500", "step-000003000"]
+    # ...and a rerun after a crash continues the new branch, not the abandoned step 5000.
+    assert plan_resume(replace(cfg, resume="auto")).checkpoint == store.path_for(3500)
+
+
+def test_resuming_a_checkpoint_of_the_run_with_another_config_is_refused_as_auto_is(tmp_path):
+    from hvdtrain.training.resume import plan_resume
+
+    out = tmp_path / "run"
+    store = _run_with_checkpoints(out, (3000, 4000))
+    with pytest.raises(ConfigError, match=f"cannot resume {out}: --epochs is 5 but the run was "
+                                          "started with 2"):
+        plan_resume(load_config(None, {"out": str(out), "epochs": 5,
+                                       "resume": store.path_for(3000)}).resolved())
+    assert _names(store.checkpoints()) == ["step-000004000", "step-000003000"]
+
+
+def test_resuming_another_runs_checkpoint_into_a_folder_that_holds_a_run_is_refused(tmp_path):
+    from hvdtrain.training.resume import plan_resume
+
+    other = _run_with_checkpoints(tmp_path / "other", (3000,))
+    out = tmp_path / "run"
+    store = _run_with_checkpoints(out, (4000,))
+    with pytest.raises(ConfigError, match=f"run folder {out} already holds a run; choose a new "
+                                          f"--out to start from {other.path_for(3000)}"):
+        plan_resume(load_config(None, {"out": str(out),
+                                       "resume": other.path_for(3000)}).resolved())
+    assert _names(store.checkpoints()) == ["step-000004000"]
 
 
 # --- real runs, killed, hung and diverging ---

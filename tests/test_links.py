@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from hvdtrain.benchmarks.links import burst_bytes, check_can_shape, parse_rate, shaped_command
 from hvdtrain.errors import ConfigError
+from hvdtrain.links import burst_bytes, check_can_shape, parse_rate, shaped_command
 
 BIN = os.path.dirname(sys.executable)
 
@@ -126,3 +126,20 @@ def test_a_transfer_over_the_shaped_link_takes_at_least_what_its_rate_allows():
     # The first full bucket passes at once; every other byte waits for its tokens.
     allowed = (size - burst_bytes(parse_rate(rate))) * 8 / parse_rate(rate)
     assert int(got) == size and float(seconds) >= allowed
+
+
+def test_the_emulated_cluster_imports_nothing_from_the_benchmarks_that_use_it():
+    import ast
+    import pathlib
+
+    import hvdtrain.cluster
+
+    for path in pathlib.Path(hvdtrain.cluster.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not any(m.startswith("hvdtrain.benchmarks") for m in modules), path.name

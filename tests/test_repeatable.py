@@ -58,3 +58,16 @@ def test_a_group_flattens_to_one_vector_and_back_in_order():
         np.testing.assert_array_equal(got.numpy(), want.numpy() * 2)
     traced = tf.function(lambda f: unflatten(f, group))(flat)  # inside a traced step too
     np.testing.assert_array_equal(traced[3].numpy(), group[3].numpy())
+
+
+@pytest.mark.parametrize("threshold, off", [
+    (None, False), ("67108864", False), ("0", True), ("fast", False)])
+def test_groups_travel_flat_exactly_when_horovods_own_fusion_threshold_is_zero(
+        monkeypatch, threshold, off):
+    from hvdtrain import comm
+
+    if threshold is None:
+        monkeypatch.delenv(comm.FUSION_THRESHOLD, raising=False)
+    else:
+        monkeypatch.setenv(comm.FUSION_THRESHOLD, threshold)
+    assert comm.fusion_is_off() is off

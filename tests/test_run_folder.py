@@ -4,7 +4,9 @@ import os
 import pytest
 
 from hvdtrain.files import append_jsonl, atomic_write, write_json
-from hvdtrain.training.run_folder import STEPS, existing_run_problem, truncate_logs
+from hvdtrain.errors import RunFolderError
+from hvdtrain.training.run_folder import (STEPS, existing_run_problem, naming_write_errors,
+                                          truncate_logs)
 
 
 def test_a_crash_while_writing_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -53,6 +55,18 @@ def test_resume_cuts_per_worker_step_lines_at_the_checkpoints_examples_not_its_s
         fh.write('{"rank": 1, "step": 4, "exa')  # cut short by the crash
     truncate_logs(str(tmp_path), examples=96)
     assert [json.loads(text) for text in open(path)] == before
+
+
+def test_a_failed_write_in_the_run_folder_is_named_and_one_elsewhere_passes(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(RunFolderError) as err:
+        with naming_write_errors(str(run)):
+            raise OSError(28, "No space left on device", str(run / "checkpoints" / "x"))
+    assert str(err.value) == (f"run folder {run} cannot be written: {run}/checkpoints/x: "
+                              "No space left on device")
+    with pytest.raises(FileNotFoundError):  # e.g. a data file: not the run folder's to name
+        with naming_write_errors(str(run)):
+            open(tmp_path / "data" / "train.bin")
 
 
 def test_existing_run_is_refused(tmp_path):

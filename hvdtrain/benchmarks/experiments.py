@@ -23,9 +23,9 @@ from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_STAR
                                                  plot_runs)
 from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_command, topology
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
-from hvdtrain.config import (LOCAL_ONLY_DEFAULTS, MODES, TrainConfig, load_config, option_flag,
+from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
                              parse_choice_list, parse_int_list, parse_n_sync,
-                             period_label)
+                             period_label, refused_in)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.stats import sliding_mean
@@ -54,7 +54,7 @@ class GridRun:
     def train_options(self, warm_start_steps: int) -> list[str]:
         if self.n_sync is None:
             # The shared options may set an outer optimizer for the local runs.
-            return ["--mode", "sync", *(option for name, default in LOCAL_ONLY_DEFAULTS
+            return ["--mode", "sync", *(option for name, default in refused_in("sync")
                                         for option in (option_flag(name), str(default)))]
         options = ["--mode", self.mode, "--n-sync", str(self.n_sync)]
         if self.start in WARM_START_OF:

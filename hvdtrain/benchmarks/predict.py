@@ -16,12 +16,12 @@ from dataclasses import asdict, replace
 from statistics import fmean
 
 from hvdtrain import files
-from hvdtrain.benchmarks.links import parse_rate
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import LOCAL_MODES, parse_int_list
 from hvdtrain.costmodel import (Link, Workload, floor_of_whole_payload, predict,
                                 sync_extra_seconds)
 from hvdtrain.errors import ConfigError
+from hvdtrain.links import parse_rate
 
 EXAMPLE = """\
 example:

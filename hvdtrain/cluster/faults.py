@@ -21,8 +21,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from hvdtrain.benchmarks.links import parse_rate
 from hvdtrain.errors import ConfigError
+from hvdtrain.links import parse_rate
 
 ACTIONS = ("down", "up", "kill", "slow")
 FORMAT = "at=30s|when=PATH host=h3 action=down|up|kill|slow:10mbit"

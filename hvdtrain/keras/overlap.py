@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import delayed_average_update
+from hvdtrain.errors import ArgumentError
 from hvdtrain.keras.state import ModelStateAverager, assign, read, weight_distance
 
 ROUND_NAME = "model_state_overlapped"
@@ -51,7 +52,7 @@ class OverlappedRounds:
         worker (`hvdtrain.timed_rounds`' counts, or the adaptive period's training loss);
         asked when the round is traced, since it may depend on the number of workers."""
         if averager.outer is not None:
-            raise ValueError("overlapped rounds take the plain average: an outer optimizer "
+            raise ArgumentError("overlapped rounds take the plain average: an outer optimizer "
                              "(SlowMo, Nesterov) needs every worker at the round's result")
         self.averager = averager
         self.report_length = report_length

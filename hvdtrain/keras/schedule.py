@@ -8,6 +8,7 @@ from dataclasses import asdict
 import keras
 import tensorflow as tf
 
+from hvdtrain.errors import ArgumentError
 from hvdtrain.schedules import STEP_DECAY_POINTS, ScheduleSpec
 
 
@@ -39,7 +40,7 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
             drops = tf.add_n([tf.cast(progress >= p, tf.float32) for p in STEP_DECAY_POINTS])
             decayed = peak * tf.pow(0.1, drops)
         else:
-            raise ValueError(f"unknown decay {spec.decay!r}")
+            raise ArgumentError(f"unknown decay {spec.decay!r}")
         if spec.warmup_steps == 0:
             return decayed
         initial = tf.constant(spec.initial_lr, tf.float32)

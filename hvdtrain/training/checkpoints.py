@@ -6,7 +6,8 @@ and `meta.json` (where training stood, and a SHA-256 of every file). It is writt
 under a temporary name and renamed into place, so a crash leaves either the whole
 checkpoint or only a `.tmp-*` folder, which is ignored and removed later. On resume
 the manifest is checked; a damaged newest checkpoint is reported and the one before
-it is used.
+it is used. Checkpoints a resume from an older one leaves behind are moved into a
+folder of their own (`set_aside`), where the store no longer sees them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class SavedProgress:
                     "examples": meta["step"] * global_batch, "steps": meta["step"],
                     "averaging_rounds": meta.get("sync_count", 0)}
         return cls(TrainingProgress(**meta), int(workers), int(batch_size))
+
+
+def _step_of(path: str) -> int:
+    return int(_NAME.match(os.path.basename(path)).group(1))
 
 
 def _sha256(path: str) -> str:
@@ -107,6 +112,25 @@ class CheckpointStore:
             return []
         names = sorted((n for n in os.listdir(self.folder) if _NAME.match(n)), reverse=True)
         return [os.path.join(self.folder, n) for n in names]
+
+    def newer_than(self, step: int) -> list[str]:
+        """Finished checkpoints of a later step than `step`, newest first."""
+        return [path for path in self.checkpoints() if _step_of(path) > step]
+
+    def holds(self, path: str) -> bool:
+        """Whether the checkpoint folder `path` is one of this store's."""
+        return os.path.realpath(os.path.dirname(os.path.normpath(path))) == \
+            os.path.realpath(self.folder)
+
+    def set_aside(self, paths: list[str], name: str) -> str:
+        """Move checkpoints into the subfolder `name`, whose own name `checkpoints()`
+        ignores: kept for the user, never resumed nor pruned. Returns the subfolder."""
+        folder = os.path.join(self.folder, name)
+        os.makedirs(folder, exist_ok=True)
+        for path in paths:
+            os.rename(path, os.path.join(folder, os.path.basename(path)))
+        _fsync_dir(self.folder)
+        return folder
 
     def _prune(self) -> None:
         for old in self.checkpoints()[self.keep:]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -10,25 +11,19 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.config import UNUSED_IN_SYNC, TrainConfig, load_config, option_flag
+from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, ignored_in, load_config,
+                             option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
-
-# Options that may differ between a run and its resumption (the number of workers is not
-# an option: progress is kept in examples, so any -np can continue a run).
-# How workers sit on cores and how gradients are grouped change speed, not what is learned;
-# --deterministic only how sums round.
-RESUMABLE_CHANGES = {"out", "resume", "step_timeout", "log_every", "validate", "keep_checkpoints",
-                     "data_dir", "checkpoint_every", "init_weights", "pin_cores", "bucket_mb",
-                     "deterministic"}
-
 
 @dataclass
 class ResumePlan:
     checkpoint: str | None = None
     saved: SavedProgress | None = None
     notes: list[str] = field(default_factory=list)
+    # The run's checkpoints newer than the one resumed: a branch the resumed run abandons.
+    newer: list[str] = field(default_factory=list)
 
 
 def on_chief(compute: Callable[[], Any], name: str) -> Any:
@@ -48,20 +43,16 @@ def on_chief(compute: Callable[[], Any], name: str) -> Any:
 
 def plan_resume(cfg: TrainConfig) -> ResumePlan:
     """Rank 0: start fresh, or continue from which checkpoint? Raises what stops the run."""
-    store = CheckpointStore(os.path.join(cfg.out, run_folder.CHECKPOINTS))
+    store = _store(cfg)
     if cfg.resume not in ("auto", "never"):
-        saved, problem = store.verify(cfg.resume)
-        if problem:
-            raise ConfigError(f"--resume {problem}")
-        return ResumePlan(cfg.resume, saved)
+        return _plan_from(cfg.resume, cfg, store)
     problem = run_folder.existing_run_problem(cfg.out)
     if problem is None:
         return ResumePlan()
-    if os.path.exists(os.path.join(cfg.out, run_folder.SUMMARY)):
-        raise ConfigError(f"run folder {cfg.out} holds a finished run; choose a new --out")
+    _check_unfinished(cfg)
     if cfg.resume == "never":
         raise ConfigError(problem)
-    _check_same_run(cfg, load_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved())
+    _check_same_run(cfg, _saved_config(cfg))
     path, saved, problems = store.newest_sound()
     notes = [f"skipping damaged checkpoint {p}" for p in problems]
     if path is None and problems:
@@ -69,10 +60,44 @@ def plan_resume(cfg: TrainConfig) -> ResumePlan:
     return ResumePlan(path, saved, notes)
 
 
+def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore) -> ResumePlan:
+    """--resume PATH. A checkpoint of the run in --out continues that run, as `auto` does,
+    but from an older point: the newer checkpoints become an abandoned branch, so that
+    neither pruning nor a later `auto` mistakes them for the resumed run's."""
+    saved, problem = store.verify(path)
+    if problem:
+        raise ConfigError(f"--resume {problem}")
+    if store.holds(path):
+        _check_unfinished(cfg)
+        if os.path.exists(os.path.join(cfg.out, run_folder.CONFIG)):
+            _check_same_run(cfg, _saved_config(cfg))
+        return ResumePlan(path, saved, newer=store.newer_than(saved.progress.steps))
+    problem = run_folder.existing_run_problem(cfg.out)
+    if problem and os.path.isdir(cfg.out):  # another run's folder: its files are not ours
+        raise ConfigError(f"{problem} to start from {path}, which is not one of its "
+                          "checkpoints (or --resume auto to continue that run)")
+    if problem:
+        raise ConfigError(problem)
+    return ResumePlan(path, saved)
+
+
+def _store(cfg: TrainConfig) -> CheckpointStore:
+    return CheckpointStore(os.path.join(cfg.out, run_folder.CHECKPOINTS))
+
+
+def _check_unfinished(cfg: TrainConfig) -> None:
+    if os.path.exists(os.path.join(cfg.out, run_folder.SUMMARY)):
+        raise ConfigError(f"run folder {cfg.out} holds a finished run; choose a new --out")
+
+
+def _saved_config(cfg: TrainConfig) -> TrainConfig:
+    return load_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved()
+
+
 def _check_same_run(cfg: TrainConfig, saved: TrainConfig) -> None:
     ignored = set(RESUMABLE_CHANGES)
-    if cfg.mode == saved.mode == "sync":  # e.g. a run saved under an older default period
-        ignored.update(UNUSED_IN_SYNC)
+    if cfg.mode == saved.mode:  # e.g. a sync run saved under an older default period
+        ignored.update(ignored_in(cfg.mode))
     for name in TrainConfig.field_names():
         if name not in ignored and getattr(saved, name) != getattr(cfg, name):
             raise ConfigError(
@@ -81,7 +106,8 @@ def _check_same_run(cfg: TrainConfig, saved: TrainConfig) -> None:
 
 
 def restore_on_chief(plan: ResumePlan, state: tf.train.Checkpoint, cfg: TrainConfig) -> None:
-    """Rank 0 loads the checkpoint; the state callbacks broadcast it when training starts."""
+    """Rank 0 loads the checkpoint, and sets aside the checkpoints newer than it once it
+    is loaded; the state callbacks broadcast it when training starts."""
     if not comm.is_chief():
         return
     for note in plan.notes:
@@ -94,6 +120,19 @@ def restore_on_chief(plan: ResumePlan, state: tf.train.Checkpoint, cfg: TrainCon
         print(f"hvdtrain: the checkpoint was written by {plan.saved.workers} workers with batch "
               f"{plan.saved.batch_size}; continuing with {comm.size()} and {cfg.batch_size}: the "
               "schedule continues from the examples seen, the data order restarts", flush=True)
+    set_aside_newer(plan, cfg)
+
+
+def set_aside_newer(plan: ResumePlan, cfg: TrainConfig) -> None:
+    """Move the checkpoints newer than the resumed one out of the store's sight, and say
+    where: they are the user's, so they are kept, but no longer this run's."""
+    if not plan.newer:
+        return
+    store = _store(cfg)
+    folder = store.set_aside(plan.newer, f"abandoned-{time.strftime('%Y%m%d-%H%M%S')}")
+    names = ", ".join(os.path.basename(path) for path in reversed(plan.newer))
+    print(f"hvdtrain: resuming from an older checkpoint starts a new branch: moved the newer "
+          f"{names} to {folder} (no longer resumed; delete them when done)", flush=True)
 
 
 def load_initial_weights(model: keras.Model, path: str) -> None:

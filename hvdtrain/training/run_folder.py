@@ -6,10 +6,13 @@ half-written config, summary or log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from typing import Callable, Iterator
 
+from hvdtrain.errors import RunFolderError
 from hvdtrain.files import atomic_write
 
 CONFIG = "config.yaml"
@@ -63,6 +66,36 @@ def _truncate(path: str, examples: int) -> None:
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.writelines(keep)
         atomic_write(path, write)
+
+
+def start(run_dir: str, write_config: Callable[[str], None], examples: int) -> None:
+    """Make the run folder, write its config and cut its logs back to `examples` (a resumed
+    run's checkpoint); raises RunFolderError naming the path if the folder cannot take it."""
+    with naming_write_errors(run_dir):
+        os.makedirs(run_dir, exist_ok=True)
+        atomic_write(os.path.join(run_dir, CONFIG), write_config)
+        truncate_logs(run_dir, examples)
+
+
+@contextlib.contextmanager
+def naming_write_errors(run_dir: str) -> Iterator[None]:
+    """An OSError on the run folder, a parent of it or a file in it, as one line naming
+    the path and the reason (RunFolderError); any other OSError passes unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if not isinstance(exc.filename, str) or not _on_the_way_to(run_dir, exc.filename):
+            raise
+        where = "" if os.path.abspath(exc.filename) == os.path.abspath(run_dir) \
+            else f" {exc.filename}:"
+        raise RunFolderError(f"run folder {run_dir} cannot be written:{where} "
+                             f"{exc.strerror or exc}") from None
+
+
+def _on_the_way_to(run_dir: str, path: str) -> bool:
+    """Whether `path` is `run_dir`, one of its parents or inside it."""
+    run_dir, path = os.path.abspath(run_dir), os.path.abspath(path)
+    return os.path.commonpath([run_dir, path]) in (run_dir, path)
 
 
 def existing_run_problem(run_dir: str) -> str | None:

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Iterator
 
 import keras
@@ -76,17 +77,20 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     start = time.time()
     cfg, plan = _run_folder_and_plan(cfg)
     data = _training_data(cfg)
-    run = _prepare(cfg, data, plan, devices, start, extra_callbacks)
-    with naming_bad_input(data, comm.rank(), comm.size()):
-        if cfg.elastic:
-            _fit_elastically(run, verbose)
-        else:
-            with naming_a_lost_peer(run):
-                _fit(run, verbose)
-        train_seconds = time.time() - start
-        test_loss, test_accuracy = evaluate(
-            run.model, data.test(run.world.rank, run.world.workers, EVAL_BATCH))
-    return _finish(run, train_seconds, test_loss, test_accuracy)
+    # Checkpoints, logs and the final weights are written as training goes: a full disk
+    # or a folder removed meanwhile is named in one line too.
+    with run_folder.naming_write_errors(cfg.out):
+        run = _prepare(cfg, data, plan, devices, start, extra_callbacks)
+        with naming_bad_input(data, comm.rank(), comm.size()):
+            if cfg.elastic:
+                _fit_elastically(run, verbose)
+            else:
+                with naming_a_lost_peer(run):
+                    _fit(run, verbose)
+            train_seconds = time.time() - start
+            test_loss, test_accuracy = evaluate(
+                run.model, data.test(run.world.rank, run.world.workers, EVAL_BATCH))
+        return _finish(run, train_seconds, test_loss, test_accuracy)
 
 
 @contextlib.contextmanager
@@ -163,9 +167,11 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, star
         warning = costly_period_warning(cfg, world.workers)
         if warning:
             print(warning, flush=True)
-        os.makedirs(cfg.out, exist_ok=True)
-        files.atomic_write(os.path.join(cfg.out, run_folder.CONFIG), cfg.save_yaml)
-        run_folder.truncate_logs(cfg.out, progress.examples)
+    start_folder = partial(run_folder.start, cfg.out, cfg.save_yaml, progress.examples)
+    if not cfg.elastic:  # every worker stops, in one line, if the folder cannot be made
+        on_chief(start_folder, name="run_folder")
+    elif comm.is_chief():  # no collective call before the elastic loop (see above)
+        start_folder()
     return run
 
 

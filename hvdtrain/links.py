@@ -1,4 +1,8 @@
-"""Emulated network links: a benchmark job in a private network namespace with a shaped loopback.
+"""Emulated network links: rates in tc's units, the token bucket that holds a link to
+one, and a job in a private network namespace with a shaped loopback.
+
+Below both of its users: the emulated cluster (`hvdtrain.cluster`) shapes its hosts'
+links with the same rate and bucket, and the benchmarks run a job over one link.
 
 On one machine two workers talk over loopback at several GB/s, so communication is a
 small share of a step. `--link-rate 1gbit` runs each job in its own network namespace
