@@ -39,6 +39,7 @@ from typing import Callable
 
 import numpy as np
 
+from hvdtrain.errors import ArgumentError
 from hvdtrain.progress import TrainingProgress
 
 
@@ -52,7 +53,7 @@ class RoundTimer:
 
     def __post_init__(self):
         if not self.seconds > 0:
-            raise ValueError(f"sync_seconds must be positive, got {self.seconds!r}")
+            raise ArgumentError(f"sync_seconds must be positive, got {self.seconds!r}")
 
     def restart(self) -> None:
         self.started = self.clock()

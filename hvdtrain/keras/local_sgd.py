@@ -35,7 +35,7 @@ import keras
 from hvdtrain import comm
 from hvdtrain.config import (OUTER_OPTIMIZERS, WARM_STARTS, AutoPeriod, PerWorkerPeriod,
                              parse_n_sync)
-from hvdtrain.errors import ConfigError
+from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
@@ -128,14 +128,14 @@ class LocalSGD(keras.callbacks.Callback):
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
         if n_sync is None and sync_seconds is None:
-            raise ValueError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
+            raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
         period = _period(n_sync) if n_sync is not None else None
         if isinstance(period, AutoPeriod) and sync_seconds is not None:
-            raise ValueError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
+            raise ArgumentError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
                              f"and sync_seconds={sync_seconds!r}")
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
         if overlap and outer_optimizer != "none":
-            raise ValueError(f"LocalSGD(overlap=True) takes the plain average, got "
+            raise ArgumentError(f"LocalSGD(overlap=True) takes the plain average, got "
                              f"outer_optimizer={outer_optimizer!r}")
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
@@ -236,7 +236,7 @@ class LocalSGD(keras.callbacks.Callback):
         averaging = averaging_optimizer(self.model.optimizer)
         averages_gradients = self.warm_start == "sync" and self.warm.steps > 0
         if averages_gradients and averaging is None:
-            raise ValueError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
+            raise ArgumentError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
                              "hvdtrain.keras.with_gradient_averaging")
         _check_steps_per_execution(self.model, self.warm.steps)
         if self.per_worker is not None:
@@ -298,7 +298,7 @@ class LocalSGD(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.timed is not None and not self.timed.stopped:
             # The other workers are still in timed rounds: this one cannot join them.
-            raise ValueError(
+            raise ArgumentError(
                 f"LocalSGD(sync_seconds=...): epoch {epoch + 1} ended on this worker's data "
                 f"after {self.progress.examples} of the {self.timed.epoch_end} examples that "
                 "end it for the job; give fit endless data (dataset.repeat()) and no "
@@ -427,33 +427,33 @@ def _period(n_sync) -> int | AutoPeriod | PerWorkerPeriod:
     try:
         return parse_n_sync(n_sync)
     except ConfigError:
-        raise ValueError(f"n_sync must be a positive integer, \"N/workers\", \"auto\" or "
+        raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\" or "
                          f"\"auto:N\", got {n_sync!r}") from None
 
 
 def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) -> None:
     if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
             or warm_start_steps < 0:
-        raise ValueError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
+        raise ArgumentError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
     if warm_start not in WARM_STARTS:
-        raise ValueError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
+        raise ArgumentError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
     if outer_optimizer not in OUTER_OPTIMIZERS:
-        raise ValueError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
+        raise ArgumentError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
 
 
 def _check_timed(batch_size, epoch_examples) -> None:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"LocalSGD(sync_seconds=...) needs batch_size, the examples of one "
+        raise ArgumentError(f"LocalSGD(sync_seconds=...) needs batch_size, the examples of one "
                          f"worker's step, got {batch_size!r}")
     if not epoch_examples:
-        raise ValueError("LocalSGD(sync_seconds=...) needs epoch_examples: an epoch ends when "
+        raise ArgumentError("LocalSGD(sync_seconds=...) needs epoch_examples: an epoch ends when "
                          "the workers together have trained that many examples")
 
 
 def _check_one_epoch_per_fit(epoch: int, epochs: int) -> None:
     """Timed rounds end an epoch by stopping the fit, so the fit's later epochs would never run."""
     if epochs - epoch > 1:
-        raise ValueError(f"LocalSGD(sync_seconds=...) ends each epoch by stopping fit, so fit "
+        raise ArgumentError(f"LocalSGD(sync_seconds=...) ends each epoch by stopping fit, so fit "
                          f"must train one epoch: call it once per epoch with "
                          f"initial_epoch=e, epochs=e + 1 (got {epochs - epoch} epochs from "
                          f"epoch {epoch + 1})")
@@ -463,5 +463,5 @@ def _check_steps_per_execution(model: keras.Model, warm_start_steps: int) -> Non
     """The warm start's gradient averaging is switched off between executions only."""
     per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
     if per_execution > 1 and warm_start_steps % per_execution:
-        raise ValueError(f"LocalSGD(warm_start_steps={warm_start_steps}) needs a multiple of the "
+        raise ArgumentError(f"LocalSGD(warm_start_steps={warm_start_steps}) needs a multiple of the "
                          f"model's steps_per_execution ({per_execution})")

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.averaging import outer_step, payload_bytes, pooled_variance, second_moment
+from hvdtrain.errors import ArgumentError
 
 
 def _dtype(variable) -> tf.DType:
@@ -104,7 +105,7 @@ def reseed_dropout(model: keras.Model, seed: int) -> None:
 def build_optimizer(model: keras.Model) -> None:
     """Create the optimizer's slots now (Keras makes them lazily at the first step)."""
     if not model.built:
-        raise ValueError("the model has no weights yet: give it an input shape (or call it "
+        raise ArgumentError("the model has no weights yet: give it an input shape (or call it "
                          "once) before training with hvdtrain callbacks")
     model.optimizer.build(model.trainable_variables)
 
