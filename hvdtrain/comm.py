@@ -12,6 +12,8 @@ to another collective library (or a future Horovod) changes this file only.
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import horovod.tensorflow as hvd
@@ -26,8 +28,30 @@ _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set
 FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD"  # bytes; Horovod reads it when it starts
 
 
-def init(fuse_tensors: bool = True) -> None:
+@dataclass(frozen=True)
+class WorkerGroup:
+    """Some of the workers, for collectives among them only: the workers of one host
+    (`host_group`). `process_set` is Horovod's, or None for all the workers."""
+
+    ranks: tuple[int, ...]
+    hosts: int                 # how many groups the workers were split into
+    process_set: object = None
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+# The host groups registered with Horovod in this world (Horovod keeps process sets in a
+# registry of its own; this mirrors which of them is ours). Set by `init(host_groups=True)`.
+_host_group: WorkerGroup | None = None
+
+
+def init(fuse_tensors: bool = True, host_groups: bool = False) -> None:
     """Start Horovod once; without horovodrun this is a world of one worker.
+
+    `host_groups=True` also makes a group of each host's workers (`host_group`), for
+    collectives inside a host: hierarchical local SGD averages gradients there every step.
 
     `fuse_tensors=False` turns Horovod's tensor fusion off. Which tensors share a fused
     buffer depends on which are ready in the same cycle, i.e. on timing, and with three
@@ -42,8 +66,40 @@ def init(fuse_tensors: bool = True) -> None:
                               "started it earlier with tensor fusion on")
         os.environ[FUSION_THRESHOLD] = "0"
     if not hvd.is_initialized():
-        hvd.init()
+        # Process sets made after start need Horovod started in their dynamic mode.
+        hvd.init(process_sets="dynamic" if host_groups else None)
         _worlds_started += 1
+    if host_groups and _host_group is None:
+        _make_host_groups()
+
+
+def _make_host_groups() -> None:
+    """Every worker registers every host's group, in the same order: a collective call."""
+    global _host_group
+    names = hvd.allgather_object(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
+    groups: dict[str, list[int]] = {}
+    for worker, name in enumerate(names):
+        groups.setdefault(name, []).append(worker)
+    mine = tuple(groups[names[hvd.rank()]])
+    process_set = None
+    if len(groups) > 1:
+        for ranks in groups.values():  # in order of their first rank, on every worker
+            try:
+                added = hvd.add_process_set(ranks)
+            except (AssertionError, ValueError, RuntimeError) as exc:
+                raise ConfigError("--hierarchical must start Horovod itself: this process "
+                                  f"started it earlier without process sets ({exc})") from None
+            if tuple(ranks) == mine:
+                process_set = added
+    _host_group = WorkerGroup(mine, len(groups), process_set)
+
+
+def host_group() -> WorkerGroup:
+    """This worker's host group (all the workers when they share one host, or when
+    `init` was not asked for host groups)."""
+    if _host_group is None:
+        return WorkerGroup(tuple(range(hvd.size())), 1)
+    return _host_group
 
 
 def fusion_is_off() -> bool:
@@ -83,18 +139,21 @@ def is_chief() -> bool:
 
 
 def average(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = False,
-            flat: bool | None = None) -> list[tf.Tensor]:
+            flat: bool | None = None, group: WorkerGroup | None = None) -> list[tf.Tensor]:
     """Element-wise mean over workers of each tensor, as one grouped allreduce.
 
     Works eagerly and inside tf.function. With one worker it returns the inputs.
     `flat`: whether a group of one dtype travels as one flat tensor; by default when
     fusion is off (`fusion_is_off`), where Horovod would give each of the group's tensors
-    a ring allreduce of its own (that halved LeNet's throughput).
+    a ring allreduce of its own (that halved LeNet's throughput). `group`: over those
+    workers only (every one of them must call it), by default over all.
     """
     tensors = list(tensors)
-    if hvd.size() == 1 or not tensors:
+    workers = hvd.size() if group is None else group.size
+    if workers == 1 or not tensors:
         return tensors
-    return _allreduce_group(tensors, hvd.Average, name, fp16, flat)
+    process_set = None if group is None else group.process_set
+    return _allreduce_group(tensors, hvd.Average, name, fp16, flat, process_set)
 
 
 def total(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = False,
@@ -107,16 +166,17 @@ def total(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = Fa
 
 
 def _allreduce_group(tensors: list[tf.Tensor], op, name: str | None, fp16: bool,
-                     flat: bool | None) -> list[tf.Tensor]:
-    compression = hvd.Compression.fp16 if fp16 else hvd.Compression.none
+                     flat: bool | None, process_set=None) -> list[tf.Tensor]:
+    options = dict(op=op, name=name,
+                   compression=hvd.Compression.fp16 if fp16 else hvd.Compression.none,
+                   process_set=process_set or hvd.global_process_set)
     if flat is None:
         flat = fusion_is_off()
     if flat and len({t.dtype for t in tensors}) == 1 and all(
             t.shape.is_fully_defined() for t in tensors):
-        (reduced,) = hvd.grouped_allreduce([flatten(tensors)], op=op, name=name,
-                                           compression=compression)
+        (reduced,) = hvd.grouped_allreduce([flatten(tensors)], **options)
         return unflatten(reduced, tensors)
-    return list(hvd.grouped_allreduce(tensors, op=op, name=name, compression=compression))
+    return list(hvd.grouped_allreduce(tensors, **options))
 
 
 def flatten(tensors: Sequence[tf.Tensor]) -> tf.Tensor:

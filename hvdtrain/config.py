@@ -167,6 +167,13 @@ class TrainConfig:
         1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging",
         modes=LOCAL_MODES)
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
+    hierarchical: bool = _opt(
+        False, "local and async modes: hierarchical local SGD (Lin et al. 2018) for hosts of "
+               "several workers: the workers of one host average gradients every step, as sync "
+               "mode does, in a Horovod process set of their own, and the hosts' models are "
+               "averaged every --n-sync steps. The linear scaling rule counts a host's workers; "
+               "the default period counts hosts (40/hosts in local mode, 10/hosts in async)",
+        modes=LOCAL_MODES)
 
     pin_cores: bool = _opt(
         False, "give each worker on a machine its own equal share of the CPU cores (all its "
@@ -254,6 +261,9 @@ class TrainConfig:
         changes = {f.name: f.metadata["default_per_mode"][self.mode]
                    for f in dataclasses.fields(self)
                    if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
+        if self.hierarchical and self.n_sync is None:
+            # A host's workers hold one model: the replicas that drift apart are the hosts.
+            changes["n_sync"] = DEFAULT_N_SYNC[self.mode].replace("/workers", "/hosts")
         return dataclasses.replace(self, **changes) if changes else self
 
     def validate_values(self) -> "TrainConfig":
@@ -318,6 +328,7 @@ class TrainConfig:
             _check_async(self)
         if self.sync_seconds is not None:
             _check_timed(self)
+        _check_hierarchical(self)
         if self.nesterov and (self.optimizer != "sgd" or self.momentum == 0):
             raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
                               f"got --optimizer {self.optimizer} --momentum {self.momentum}")
@@ -368,6 +379,22 @@ def _check_timed(cfg: "TrainConfig") -> None:
     _epoch_checkpoints_only(cfg, "--sync-seconds")
 
 
+def _check_hierarchical(cfg: "TrainConfig") -> None:
+    """What hierarchical local SGD does not do yet, and what needs it, in one line each."""
+    period = parse_n_sync(cfg.n_sync) if cfg.n_sync is not None else None
+    if isinstance(period, PerWorkerPeriod) and period.per == "hosts" and not cfg.hierarchical:
+        raise ConfigError(f"--n-sync {cfg.n_sync} counts hosts, which only --hierarchical "
+                          "averages as one model each; use N/workers")
+    if not cfg.hierarchical:
+        return
+    for problem, given in ((cfg.sync_seconds is not None, f"--sync-seconds {cfg.sync_seconds}"),
+                           (cfg.elastic, "--elastic"),
+                           (cfg.warm_start_steps > 0,
+                            f"--warm-start-steps {cfg.warm_start_steps}")):
+        if problem:
+            raise ConfigError(f"--hierarchical does not work with {given} yet")
+
+
 def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:
     # Between epoch ends the workers' states (and with timed rounds their steps) differ.
     if parse_interval(cfg.checkpoint_every)[0] != "epochs":
@@ -391,11 +418,15 @@ class PerWorkerPeriod:
     fixed period that suits 4 workers left 8 more than a point behind sync."""
 
     worker_steps: int
+    # "hosts" (N/hosts): hierarchical local SGD, whose replicas are hosts, since the
+    # workers of a host average every step and hold one model.
+    per: str = "workers"
 
-    def steps(self, workers: int) -> int:
+    def steps(self, workers: int, hosts: int = 1) -> int:
         """ceil(worker_steps / workers), at least 1: 40/workers gives 20, 10, 5 and 3 steps
-        at 2, 4, 8 and 16 workers."""
-        return max(1, -(-self.worker_steps // max(1, workers)))
+        at 2, 4, 8 and 16 workers; N/hosts divides by the hosts instead."""
+        count = hosts if self.per == "hosts" else workers
+        return max(1, -(-self.worker_steps // max(1, count)))
 
 
 def parse_n_sync(value: Any) -> int | AutoPeriod | PerWorkerPeriod:
@@ -404,9 +435,10 @@ def parse_n_sync(value: Any) -> int | AutoPeriod | PerWorkerPeriod:
     text = str(value).strip().lower().replace(" ", "")
     if isinstance(value, bool):
         text = ""
-    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?|(\d+)/workers?", text)
+    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)", text)
     if match and match.group(3) and int(match.group(3)) > 0:
-        return PerWorkerPeriod(int(match.group(3)))
+        per = "hosts" if match.group(4).startswith("host") else "workers"
+        return PerWorkerPeriod(int(match.group(3)), per)
     if match and match.group(1) and int(match.group(1)) > 0:
         return int(match.group(1))
     if match and not match.group(1) and not match.group(3):
@@ -414,14 +446,14 @@ def parse_n_sync(value: Any) -> int | AutoPeriod | PerWorkerPeriod:
         if initial > 0:
             return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial))
     raise ConfigError(f"--n-sync must be a positive integer, got {value!r} (or N/workers, "
-                      "auto, or auto:N to start the adaptive period at N)")
+                      "N/hosts, auto, or auto:N to start the adaptive period at N)")
 
 
-def period_for(value: Any, workers: int) -> int | AutoPeriod:
-    """The period a run of `workers` workers uses: N/workers resolved, anything else as
-    `parse_n_sync` reads it."""
+def period_for(value: Any, workers: int, hosts: int = 1) -> int | AutoPeriod:
+    """The period a run of `workers` workers on `hosts` hosts uses: N/workers and N/hosts
+    resolved, anything else as `parse_n_sync` reads it."""
     period = parse_n_sync(value)
-    return period.steps(workers) if isinstance(period, PerWorkerPeriod) else period
+    return period.steps(workers, hosts) if isinstance(period, PerWorkerPeriod) else period
 
 
 def period_label(value: Any, workers: int) -> int | str:

@@ -110,7 +110,7 @@ def test_a_bad_average_optimizer_state_is_named_in_one_line():
 
 
 @pytest.mark.parametrize("value", [0, "0", -3, 2.5, "often", "auto:0", "auto:", True,
-                                   "0/workers", "40/hosts", "/workers"])
+                                   "0/workers", "0/hosts", "40/racks", "/workers"])
 def test_a_bad_n_sync_is_named_in_one_line(value):
     with pytest.raises(ConfigError, match="--n-sync must be a positive integer, got"):
         load_config(None, {"mode": "local", "n_sync": value})

@@ -55,7 +55,7 @@ class GridRun:
         if self.n_sync is None:
             # The shared options may set an outer optimizer for the local runs.
             return ["--mode", "sync", *(option for name, default in refused_in("sync")
-                                        for option in (option_flag(name), str(default)))]
+                                        for option in _option_at(name, default))]
         options = ["--mode", self.mode, "--n-sync", str(self.n_sync)]
         if self.start in WARM_START_OF:
             options += ["--warm-start-steps", str(warm_start_steps),
@@ -241,3 +241,11 @@ def format_table(rows: list[dict], window: int) -> str:
                      f"{_or_dash(r['target'], '.2%')} | {_or_dash(r['seconds_to_target'], '.0f')} | "
                      f"{_or_dash(r['examples_to_target'], 'd')} | {_or_dash(mb_to_target, '.1f')} |")
     return "\n".join(lines)
+
+
+def _option_at(name: str, value) -> list[str]:
+    """The command-line words that set option `name` to `value` (a switch has no value)."""
+    flag = option_flag(name)
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + flag[2:]]
+    return [flag, str(value)]

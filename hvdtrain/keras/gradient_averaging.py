@@ -35,9 +35,13 @@ class GradientAveragingMixin:
     """Put before a Keras optimizer class; adds `averaging_enabled` and `averaged_steps`."""
 
     def __init__(self, *args, averaging: bool = True, fp16_allreduce: bool = False,
-                 bucket_mb: float | str = DEFAULT_BUCKET_MB, **kwargs):
+                 bucket_mb: float | str = DEFAULT_BUCKET_MB, within_host: bool = False,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self.fp16_allreduce = fp16_allreduce
+        # Hierarchical local SGD: among this host's workers only (hvdtrain.comm.host_group),
+        # over the fast links inside it; the hosts' models meet at LocalSGD's rounds.
+        self.within_host = within_host
         self.bucket_mb = bucket_mb
         self.buckets = parse_bucket_spec(bucket_mb)  # raises on a bad spec, before training
         # Plain tf.Variables, not Keras optimizer variables: they are not in
@@ -50,9 +54,14 @@ class GradientAveragingMixin:
         self.exchange_clock = ExchangeClock()
 
     def apply(self, grads, trainable_variables=None):
-        if comm.size() > 1:
+        if self.averaging_group().size > 1:
             grads = self.average_gradients(list(grads))
         return super().apply(grads, trainable_variables)
+
+    def averaging_group(self) -> comm.WorkerGroup:
+        """The workers whose gradients are averaged: this host's, or all of them."""
+        return comm.host_group() if self.within_host else comm.WorkerGroup(
+            tuple(range(comm.size())), 1)
 
     def average_gradients(self, grads: list) -> list:
         """The workers' mean of `grads` (None entries kept) while averaging is enabled,
@@ -61,12 +70,13 @@ class GradientAveragingMixin:
         tensors = [tf.convert_to_tensor(grads[i]) for i in present]
         sizes = [t.shape.num_elements() * t.dtype.size for t in tensors]
         buckets = gradient_buckets(sizes, self.buckets.cap_bytes(sizes))
+        group = comm.host_group() if self.within_host else None
 
         def exchange():
             result = [None] * len(tensors)
             for k, bucket in enumerate(buckets):
                 means = comm.average([tensors[i] for i in bucket], name=f"gradients_{k}",
-                                     fp16=self.fp16_allreduce)
+                                     fp16=self.fp16_allreduce, group=group)
                 for i, mean in zip(bucket, means):
                     result[i] = mean
             return result
@@ -94,16 +104,19 @@ def gradient_averaging_class(optimizer_class: type) -> type:
 
 
 def with_gradient_averaging(optimizer, averaging: bool = True, fp16_allreduce: bool = False,
-                            bucket_mb: float | str = DEFAULT_BUCKET_MB):
+                            bucket_mb: float | str = DEFAULT_BUCKET_MB,
+                            within_host: bool = False):
     """A new optimizer like `optimizer` (same class and config) that averages gradients.
 
     Works for any Keras 3 optimizer, and for a `keras.optimizers.LossScaleOptimizer`
     (wrap that one, not its inner optimizer). Call before `model.compile`; the
-    original optimizer must not have been used yet.
+    original optimizer must not have been used yet. `within_host`: average among this
+    host's workers only (hierarchical local SGD; needs `hvdtrain.keras.init(host_groups=True)`).
     """
     cls = gradient_averaging_class(type(optimizer))
     return cls.from_config({**optimizer.get_config(), "averaging": averaging,
-                            "fp16_allreduce": fp16_allreduce, "bucket_mb": bucket_mb})
+                            "fp16_allreduce": fp16_allreduce, "bucket_mb": bucket_mb,
+                            "within_host": within_host})
 
 
 def has_gradient_averaging(optimizer) -> bool:

@@ -94,6 +94,11 @@ class LocalSGD(keras.callbacks.Callback):
         worker to hold the same state (a step checkpoint, an elastic commit). With
         `overlap`, the first round at or after each such step blocks, landing the round
         in flight first; blocking rounds give consensus anyway.
+      hierarchical: hierarchical local SGD (Lin et al. 2018) for hosts of several workers:
+        the optimizer averages gradients among this host's workers every step
+        (`with_gradient_averaging(..., within_host=True)` after
+        `init(host_groups=True)`), so a host holds one model, and rounds average the
+        hosts' models; "N/hosts" periods count hosts. No warm start yet.
       progress: the run's `TrainingProgress`, when another callback placed before
         this one advances it and sets the optimizer's step from it at every fit's start
         (hvdtrain's trainer does); by default this callback keeps its own step count,
@@ -124,7 +129,7 @@ class LocalSGD(keras.callbacks.Callback):
                  warm_start: str = "sync", progress: TrainingProgress | None = None,
                  overlap: bool = False, sync_seconds: float | None = None,
                  batch_size: int | None = None, epoch_examples: int | None = None,
-                 consensus_every: Sequence[int] = (),
+                 consensus_every: Sequence[int] = (), hierarchical: bool = False,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
         if n_sync is None and sync_seconds is None:
@@ -139,13 +144,18 @@ class LocalSGD(keras.callbacks.Callback):
                              f"outer_optimizer={outer_optimizer!r}")
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
+        if hierarchical and (warm_start_steps or sync_seconds is not None):
+            raise ArgumentError("LocalSGD(hierarchical=True) takes no warm start and no "
+                                f"sync_seconds yet, got warm_start_steps={warm_start_steps} "
+                                f"and sync_seconds={sync_seconds!r}")
+        self.hierarchical = hierarchical
         self.n_sync = n_sync
         # "N/workers" is resolved for the workers of each fit (an elastic job may resize);
         # rounds every T seconds have no step period to resolve.
         self.per_worker = period if isinstance(period, PerWorkerPeriod) and \
             sync_seconds is None else None
         if self.per_worker is not None:
-            period = self.per_worker.steps(comm.size())
+            period = self.per_worker.steps(comm.size(), comm.host_group().hosts)
         self.warm_start = warm_start
         self.average_bn_stats = average_bn_stats
         self.average_optimizer_state = average_optimizer_state
@@ -237,10 +247,13 @@ class LocalSGD(keras.callbacks.Callback):
         averages_gradients = self.warm_start == "sync" and self.warm.steps > 0
         if averages_gradients and averaging is None:
             raise ArgumentError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
-                             "hvdtrain.keras.with_gradient_averaging")
+                                "hvdtrain.keras.with_gradient_averaging")
+        if self.hierarchical and not (averaging is not None and averaging.within_host):
+            raise ArgumentError("LocalSGD(hierarchical=True) needs an optimizer made by "
+                                "hvdtrain.keras.with_gradient_averaging(..., within_host=True)")
         _check_steps_per_execution(self.model, self.warm.steps)
         if self.per_worker is not None:
-            self.trigger.n_sync = self.per_worker.steps(comm.size())
+            self.trigger.n_sync = self.per_worker.steps(comm.size(), comm.host_group().hosts)
         averager = self.attach(self.model)
         if self.broadcast_initial_state:  # once per set of workers, not once per fit
             kept = [v for variables in self.kept_state.values() for v in variables]
@@ -258,8 +271,9 @@ class LocalSGD(keras.callbacks.Callback):
         self.progress.consensus_step = self.progress.steps
         warming = self.warm.warming(self.progress.steps)
         self._trace(warming)
-        if averaging is not None:
-            averaging.averaging_enabled.assign(averages_gradients and warming)
+        if averaging is not None:  # hierarchical: a host's workers average every step
+            averaging.averaging_enabled.assign(
+                self.hierarchical or (averages_gradients and warming))
         if self.timed is not None:
             self.timed.begin(self.progress.steps, in_step=warming)
         self.trigger.restart()

@@ -31,7 +31,8 @@ def compiled_model(cfg: TrainConfig, data: DataSource, world: World, devices) ->
     model = build_model(cfg.model, data.input_shape, data.num_classes,
                         devices=devices if cfg.model_parallel > 1 else None)
     optimizer = make_optimizer(
-        cfg, WarmupDecaySchedule.from_spec(world.schedule), averaging=cfg.mode == "sync")
+        cfg, WarmupDecaySchedule.from_spec(world.schedule),
+        averaging=cfg.mode == "sync" or cfg.hierarchical)
     # jit_compile is never left to Keras's "auto": on a GPU that compiles the whole step,
     # and Horovod's ops have no XLA kernel.
     model.compile(optimizer=optimizer,
@@ -63,7 +64,8 @@ def state_callback(cfg: TrainConfig, model: keras.Model,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
-            batch_size=cfg.batch_size, consensus_every=consensus_intervals(cfg))
+            batch_size=cfg.batch_size, consensus_every=consensus_intervals(cfg),
+            hierarchical=cfg.hierarchical)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.

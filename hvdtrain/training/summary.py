@@ -26,8 +26,18 @@ def round_schedule(cfg: TrainConfig, workers: int) -> dict[str, float | str]:
         return {"sync_seconds": cfg.sync_seconds}
     period = parse_n_sync(cfg.n_sync)
     if isinstance(period, PerWorkerPeriod):
-        return {"n_sync": period.steps(workers), "n_sync_rule": cfg.n_sync}
+        return {"n_sync": period.steps(workers, comm.host_group().hosts),
+                "n_sync_rule": cfg.n_sync}
     return {"n_sync": cfg.n_sync}
+
+
+def topology(cfg: TrainConfig) -> dict[str, Any]:
+    """Hierarchical local SGD's groups: how many hosts, and this worker's host's workers,
+    which average gradients every step."""
+    if not cfg.hierarchical:
+        return {}
+    group = comm.host_group()
+    return {"hierarchical": True, "hosts": group.hosts, "workers_per_host": group.size}
 
 
 def allreduced_bytes(model: keras.Model, progress: TrainingProgress, fp16: bool) -> int:
@@ -70,6 +80,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         # Rank 0's cores: all the machine lends it, or its share with --pin-cores.
         "cores_per_worker": len(os.sched_getaffinity(0)),
         **round_schedule(cfg, world.workers),
+        **topology(cfg),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
         "gradient_steps_averaged": gradient_steps,

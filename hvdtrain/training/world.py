@@ -28,10 +28,12 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     """The world of the workers running now, continuing the schedule from `progress`."""
     workers = comm.size()
     epoch_examples = progress.epoch_examples
+    # Hierarchical: each step averages one host's gradients, so the rule counts those.
+    counted = comm.host_group().size if cfg.hierarchical else workers
     schedule = schedule_in_examples(
         cfg.base_lr, cfg.batch_size, workers, cfg.warmup_epochs * epoch_examples,
         cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps,
-        lr_scaling_workers(workers, cfg.mode in LOCAL_MODES, cfg.local_lr_workers))
+        lr_scaling_workers(counted, cfg.mode in LOCAL_MODES, cfg.local_lr_workers))
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
 
 
@@ -40,7 +42,8 @@ def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
     a round carries the weights and any averaged optimizer slots, sync mode the gradients
     every step, so a period no longer than 1 + slots saves nothing. A default that follows
     the workers (40/workers) reaches that at about 20 workers."""
-    if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or workers < 2:
+    if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or workers < 2 \
+            or cfg.hierarchical:  # a round crosses hosts; sync's gradients would too
         return None
     cfg = cfg.resolved()
     period = period_for(cfg.n_sync, workers)

@@ -1,0 +1,99 @@
+"""Hierarchical local SGD (--hierarchical): sync inside a host, local SGD across hosts.
+
+The multi-process tests run one Horovod job of four workers on two "hosts" of one
+machine (horovodrun counts localhost and 127.0.0.1 as two hostnames).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import horovodrun, load_rank_files
+from helpers import runs_on_learnable_data
+from hvdtrain.config import PerWorkerPeriod, load_config, parse_n_sync, period_for
+from hvdtrain.errors import ConfigError
+
+PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
+             momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
+# The hierarchical runs scale the rate for a host's 2 workers, sync for all 4: twice the
+# base rate gives both the same rate, so that one step of each is the same update.
+HIERARCHICAL = dict(PLAIN, mode="local", hierarchical=True, base_lr=0.2)
+RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs need
+    "every3": dict(HIERARCHICAL, n_sync=3),
+    "every1": dict(HIERARCHICAL, n_sync=1),
+    "sync": dict(PLAIN),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hierarchical")
+    runs = runs_on_learnable_data(root, RUNS)
+    horovodrun("hierarchical_worker.py", str(root), json.dumps(runs), np_=4,
+               hosts="localhost:2,127.0.0.1:2", timeout=600)
+    return {name: load_rank_files(str(root), name, workers=4) for name in RUNS}
+
+
+@pytest.mark.multiprocess
+def test_a_hosts_workers_agree_after_every_step_and_all_after_every_round(results):
+    ranks = results["every3"]
+    assert [r["host"].tolist() for r in ranks] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    steps = [r["steps"] for r in ranks]
+    assert len(steps[0]) == 7
+    for step in range(7):
+        np.testing.assert_array_equal(steps[0][step], steps[1][step])
+        np.testing.assert_array_equal(steps[2][step], steps[3][step])
+        across_hosts = np.array_equal(steps[0][step], steps[2][step])
+        # Rounds after steps 3 and 6 (the epoch's end, after step 7, ends in one too).
+        assert across_hosts == (step + 1 in (3, 6)), step + 1
+    for r in ranks[1:]:
+        np.testing.assert_array_equal(r["final"], ranks[0]["final"])
+
+
+@pytest.mark.multiprocess
+def test_hierarchical_rounds_every_step_of_plain_sgd_are_large_batch_sgd(results):
+    hierarchical, sync = results["every1"][0]["final"], results["sync"][0]["final"]
+    np.testing.assert_allclose(hierarchical, sync, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(results["every1"][0]["steps"][0], results["every1"][0]["steps"][-1])
+
+
+@pytest.mark.multiprocess
+def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
+    summary = json.loads(str(results["every3"][0]["summary"]))
+    assert summary["hierarchical"] is True
+    assert summary["hosts"] == 2 and summary["workers_per_host"] == 2
+    assert summary["workers"] == 4 and summary["n_sync"] == 3
+    # Every step's gradients were averaged, inside the host; 2 rounds and the epoch's end.
+    assert summary["gradient_steps_averaged"] == 7 and summary["averaging_rounds"] == 3
+    assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
+
+
+# --- configuration ---
+
+def test_a_period_in_hosts_divides_by_the_hosts():
+    assert parse_n_sync("40/hosts") == PerWorkerPeriod(40, "hosts")
+    assert period_for("40/hosts", workers=8, hosts=4) == 10
+    assert period_for("40/workers", workers=8, hosts=4) == 5
+
+
+@pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts"), ("async", "10/hosts")])
+def test_the_default_period_counts_hosts_when_hierarchical(mode, n_sync):
+    assert load_config(None, {"mode": mode, "hierarchical": True}).resolved().n_sync == n_sync
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(hierarchical=True), "--hierarchical needs --mode local or async"),
+    (dict(mode="local", hierarchical=True, sync_seconds=2.0),
+     "--hierarchical does not work with --sync-seconds 2.0 yet"),
+    (dict(mode="local", hierarchical=True, elastic=True, out="run"),
+     "--hierarchical does not work with --elastic yet"),
+    (dict(mode="local", hierarchical=True, warm_start_steps=10),
+     "--hierarchical does not work with --warm-start-steps 10 yet"),
+    (dict(mode="local", n_sync="40/hosts"), "--n-sync 40/hosts counts hosts, which only"),
+])
+def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_config(None, overrides)
