@@ -68,6 +68,11 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert summary["workers"] == 4 and summary["n_sync"] == 3
     # Every step's gradients were averaged, inside the host; 2 rounds and the epoch's end.
     assert summary["gradient_steps_averaged"] == 7 and summary["averaging_rounds"] == 3
+    # The gradients of 7 steps among the host's workers; 3 rounds of the weights among all.
+    weights = 4 * summary["parameters"]
+    assert summary["bytes_allreduced_within_host"] == 7 * weights
+    assert summary["bytes_allreduced_across_hosts"] == 3 * weights
+    assert summary["bytes_allreduced"] == 10 * weights
     assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
 
 

@@ -31,13 +31,17 @@ def round_schedule(cfg: TrainConfig, workers: int) -> dict[str, float | str]:
     return {"n_sync": cfg.n_sync}
 
 
-def topology(cfg: TrainConfig) -> dict[str, Any]:
-    """Hierarchical local SGD's groups: how many hosts, and this worker's host's workers,
-    which average gradients every step."""
+def topology(cfg: TrainConfig, model: keras.Model, progress: TrainingProgress) -> dict[str, Any]:
+    """Hierarchical local SGD's groups (how many hosts, and this worker's host's workers,
+    which average gradients every step), and what this worker handed to collectives among
+    its host's workers apart from those among all (the rounds, which cross hosts)."""
     if not cfg.hierarchical:
         return {}
     group = comm.host_group()
-    return {"hierarchical": True, "hosts": group.hosts, "workers_per_host": group.size}
+    within = allreduced_bytes(model, progress, cfg.fp16_allreduce) - progress.state_bytes
+    return {"hierarchical": True, "hosts": group.hosts, "workers_per_host": group.size,
+            "bytes_allreduced_within_host": within,
+            "bytes_allreduced_across_hosts": progress.state_bytes}
 
 
 def allreduced_bytes(model: keras.Model, progress: TrainingProgress, fp16: bool) -> int:
@@ -80,7 +84,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         # Rank 0's cores: all the machine lends it, or its share with --pin-cores.
         "cores_per_worker": len(os.sched_getaffinity(0)),
         **round_schedule(cfg, world.workers),
-        **topology(cfg),
+        **topology(cfg, model, progress),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
         "gradient_steps_averaged": gradient_steps,
