@@ -23,7 +23,7 @@ from hvdtrain.cpu_cores import pin_worker
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, PeerLostError
-from hvdtrain.keras.state import reseed_dropout
+from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
 from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_variables,
@@ -44,6 +44,9 @@ class RunResult:
     history: dict[str, list[float]]
     run_dir: str
     train_shard: np.ndarray = field(repr=False)
+    # What the run's state rounds handed to allreduce, built from its resolved config
+    # (`hvdtrain bench` sizes and times local rounds with it).
+    state_averager: ModelStateAverager = field(repr=False)
 
 
 @dataclass
@@ -255,4 +258,4 @@ def _finish(run: Run, train_seconds: float, test_loss: float, test_accuracy: flo
               f"{summary['images_per_sec']:.0f} images/sec on {world.workers} worker(s) | "
               f"{train_seconds:.1f} s | run folder: {cfg.out}", flush=True)
     return RunResult(run.model, summary, run.history, cfg.out,
-                     run.data.shard(world.rank, world.workers))
+                     run.data.shard(world.rank, world.workers), run.state_sync.averager)
