@@ -87,9 +87,20 @@ def train(cfg: TrainConfig, verbose: int | None = None,
             with naming_a_lost_peer(run):
                 _fit(run, verbose)
         train_seconds = time.time() - start
-        test_loss, test_accuracy = evaluate(
-            run.model, data.test(run.world.rank, run.world.workers, EVAL_BATCH))
+        test_loss, test_accuracy = _final_evaluation(run)
     return _finish(run, train_seconds, test_loss, test_accuracy)
+
+
+def _final_evaluation(run: Run) -> tuple[float, float]:
+    """The whole test split, under the watchdog: it ends in an allreduce, where a peer
+    that hangs would block this worker for good. The watchdog is closed for good after."""
+    test = run.data.test(run.world.rank, run.world.workers, EVAL_BATCH)
+    watchdog = run.callbacks.watchdog
+    if watchdog is None:
+        return evaluate(run.model, test)
+    with watchdog:  # closes it, also when the evaluation raises
+        watchdog.watch("the final evaluation")
+        return evaluate(run.model, test, on_batch=watchdog.beat)
 
 
 @contextlib.contextmanager
@@ -193,6 +204,9 @@ def _fit(run: Run, verbose: int | None) -> None:
         with contextlib.ExitStack() as stack:
             if run.callbacks.watchdog:  # a fit that raises gets no on_train_end to disarm it
                 stack.callback(run.callbacks.watchdog.close)
+                # Armed before the fit: its callbacks' broadcasts at train begin wait for
+                # every peer, and the first step's allowance covers them and tracing.
+                run.callbacks.watchdog.expect_first_step()
             if hasattr(run.state_sync, "abandon_rounds"):  # nor one to stop its rounds
                 stack.callback(run.state_sync.abandon_rounds)
             fitted = _fit_phase(run, phase, first_step, verbosity)
