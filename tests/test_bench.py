@@ -249,9 +249,10 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     by = {(r["workers"], r["mode"]): r for r in rows}
     gradient_bytes = 61_706 * 4
     assert by[(2, "sync")]["bytes_per_step"] == by[(2, "horovod")]["bytes_per_step"] == gradient_bytes
-    # One round of weights every 4 steps; nothing without a peer or without rounds.
-    assert by[(2, "local")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
-    assert by[(2, "async")]["bytes_per_step"] == by[(2, "local")]["bytes_per_step"]
+    # A round every 4 steps: weights and momentum in local mode (its resolved default),
+    # weights alone in async mode; nothing without a peer or without rounds.
+    assert by[(2, "local")]["bytes_per_step"] == pytest.approx(2 * gradient_bytes / 4)
+    assert by[(2, "async")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
     assert by[(2, "sync")]["communication_share"] > 0
     assert by[(2, "independent")]["bytes_per_step"] == by[(1, "sync")]["bytes_per_step"] == 0
     assert all(by[(1, m)]["speedup"] == 1.0
@@ -264,6 +265,21 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
         table = list(csv.DictReader(fh))
     assert len(table) == 10 and float(table[5]["total_images_per_sec"]) > 0
     assert "| lenet | local, n_sync 4 | 2 |" in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_path):
+    from conftest import horovodrun
+
+    horovodrun("bench_bytes_worker.py", str(tmp_path))
+    for rank in (0, 1):
+        found = json.loads((tmp_path / f"bench_bytes-rank{rank}.json").read_text())
+        for name, bytes_of in found.items():
+            assert bytes_of["gradient_steps"] == 0, name  # every byte the run counted is a round's
+            assert bytes_of["bench"] == bytes_of["run"], name
+    # LeNet's 61,706 weights: with their momentum in local mode; alone, at 2 bytes, in async.
+    assert found["local"]["run"] == 2 * 61_706 * 4
+    assert found["async_fp16"]["run"] == 61_706 * 2
 
 
 @pytest.mark.multiprocess

@@ -210,3 +210,28 @@ def test_sync_extra_compute_is_derived_with_the_overlap_it_will_predict_with(tmp
         assert step_seconds(work, "sync", 2, unlimited) == pytest.approx(0.6)
     # With half the step able to hide the exchange, only the last group (1 of 4 MB) shows.
     assert workload(unshaped, overlap=0.5).sync_extra == pytest.approx(0.6 - 0.4 - 0.15 / 4)
+
+
+def test_each_local_mode_is_predicted_with_the_state_its_own_rounds_carried(tmp_path):
+    # Local mode averaged the momentum too (8e6 bytes a round, 0.4 s), async mode the
+    # weights alone (4e6, 0.2 s): the bench measured each with its resolved defaults.
+    bench = json.loads(open(_bench(tmp_path, exchanges=(0.15, 0.4))).read())
+    local = next(r for r in bench["rows"] if r["mode"] == "local")
+    local["bytes_per_step"] = 8e5
+    bench["rows"].append(dict(local, mode="async", label="async, n_sync 10",
+                              bytes_per_step=4e5, seconds_per_exchange=0.2))
+    path = tmp_path / "modes.json"
+    path.write_text(json.dumps(bench))
+    by_mode = {mode: workload(bench, overlap=0.0, mode=mode) for mode in ("local", "async")}
+    assert (by_mode["local"].state_bytes, by_mode["async"].state_bytes) == (8e6, 4e6)
+    assert (by_mode["local"].state_floor, by_mode["async"].state_floor) == pytest.approx((0.8, 0.4))
+    assert main(["predict", str(path), "--workers", "8", "--link-rate", "10mbit", "--latency",
+                 "0", "--out", str(tmp_path / "p")]) == 0
+    rows = {r["mode"]: r for r in json.loads((tmp_path / "p" / "predict.json").read_text())["rows"]}
+    link = Link(1e7, latency=0.0)
+    local_round = exchange_seconds(8e6, 0.8, 8, link)
+    assert rows["local"]["images_per_sec"] == pytest.approx(8 * 32 / (0.4 + local_round / 10))
+    # An async round hides behind the next period's 4 s of compute; what is left shows.
+    async_wait = exchange_seconds(4e6, 0.4, 8, link) - 10 * 0.4
+    assert async_wait > 0
+    assert rows["async"]["images_per_sec"] == pytest.approx(8 * 32 / (0.4 + async_wait / 10))

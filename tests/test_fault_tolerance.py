@@ -476,8 +476,8 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_pa
 @pytest.mark.multiprocess
 def test_a_hung_worker_ends_the_job_within_the_step_timeout(tmp_path, idx_dataset_dir):
     out = tmp_path / "run"
-    # A short timeout: the watchdog arms only when a fit's first step has ended, so however
-    # slowly a loaded machine compiles that step, it cannot end the job before the stop.
+    # A short timeout: a fit's first step has the first step's allowance (10 minutes at
+    # least), so a loaded machine compiling that step slowly does not end the job before the stop.
     command = _train_command(idx_dataset_dir, out, "--step-timeout", "5", "--steps-per-epoch", "400",
                              "--epochs", "3", "--checkpoint-every", "5")
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

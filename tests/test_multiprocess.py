@@ -331,6 +331,24 @@ def test_metric_average_gives_every_rank_the_mean(probe):
 
 # --- failures and the command line ---
 
+def test_throughput_is_the_jobs_examples_over_the_jobs_span_when_a_worker_starts_late(tmp_path):
+    late = 3.0
+    horovodrun("throughput_worker.py", str(tmp_path), str(late))
+    ranks = [json.loads((tmp_path / f"throughput-rank{r}.json").read_text()) for r in (0, 1)]
+    # Every worker's images after its first batch, from the first first-batch end to the
+    # last last-batch end (the meter's clock reads within a millisecond of these).
+    images = sum((len(r["ends"]) - 1) * r["batch"] for r in ranks)
+    span = max(r["ends"][-1] for r in ranks) - min(r["ends"][0] for r in ranks)
+    assert span > late  # rank 0 was done, or nearly, before rank 1 began
+    # Each worker's own span claimed for the job's images: what was reported before.
+    inflated = sum(images / (r["ends"][-1] - r["ends"][0]) for r in ranks) / 2
+    for rank in ranks:
+        assert rank["logged"][0] == pytest.approx(images / span, rel=0.02)
+        assert rank["summary"]["images_per_sec"] == pytest.approx(images / span, rel=0.02)
+        assert rank["summary"]["images_per_sec"] < inflated / 2
+
+
+
 def test_a_failing_worker_ends_the_whole_job(tmp_path):
     result = horovodrun("crash_worker.py", timeout=180, check=False)
     assert result.returncode != 0

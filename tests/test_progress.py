@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from hvdtrain.progress import (FitPhase, TrainingProgress, epoch_length, executed_steps,
                                fit_phases, steps_to_epoch_end)
+from hvdtrain.training.callbacks import job_rate
 from hvdtrain.training.checkpoints import SavedProgress
 
 
@@ -69,3 +72,17 @@ def test_checkpoints_written_before_examples_were_counted_still_resume():
                                               averaging_rounds=4)
     assert (saved.workers, saved.batch_size, saved.progress.epoch) == (2, 8, 2)
     assert SavedProgress.from_json(saved.to_json()) == saved
+
+
+def test_the_jobs_rate_spans_the_earliest_first_batch_to_the_latest_last_batch():
+    # Rank 0 trained 320 images from t=100 to 102; rank 1 started late, 320 from 104 to 106.
+    images, seconds = job_rate([[100.0, 102.0, 0.0, 320.0], [104.0, 106.0, 0.0, 320.0]])
+    assert (images, seconds) == (640, 6.0)  # not 640 images in either worker's 2 s
+    # A worker without a batch this epoch adds neither images nor time.
+    assert job_rate([[100.0, 102.0, 0.0, 320.0], [math.inf, -math.inf, 0.0, 0.0]]) == (320, 2.0)
+    assert job_rate([[math.inf, -math.inf, 0.0, 0.0]]) == (0, 0.0)
+
+
+def test_the_jobs_rate_leaves_out_the_evaluations_the_workers_held_together():
+    assert job_rate([[100.0, 110.0, 3.0, 500.0], [100.5, 110.0, 3.2, 500.0]]) == (
+        1000, pytest.approx(10.0 - 3.1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hvdtrain.training import watchdog as watchdog_module
 from hvdtrain.training.watchdog import StepWatchdog
 
 TIMEOUT = 10.0
+FIRST_STEP = 600.0  # the first step's allowance at this timeout: the floor
 
 
 class FakeClock:
@@ -61,13 +63,60 @@ def _step(dog, clock, batch, seconds=1.0):
     dog.on_train_batch_end(batch)
 
 
-def test_not_armed_before_the_first_step_ends_however_long_compiling_takes(dog, clock, fired):
+def test_the_first_step_gets_its_allowance_and_a_hang_before_it_ends_fires(dog, clock, fired):
     _start_fit(dog, clock)
-    for _ in range(100):
-        clock.advance(TIMEOUT)
-        assert not dog.check()
+    assert dog.first_step_timeout == FIRST_STEP == 60 * TIMEOUT  # compiling may take long
+    clock.advance(FIRST_STEP)
+    assert not dog.check()
+    clock.advance(1)
+    assert dog.check()
+    assert fired == ["hvdtrain: error: the first training step of this fit did not finish within "
+                     "600 s of its start (the first step's allowance, tracing included); a peer "
+                     "may have died or hung. Ending the job."]
+
+
+def test_once_the_first_step_ends_the_step_timeout_applies(dog, clock, fired):
+    _start_fit(dog, clock, compile_seconds=0.9 * FIRST_STEP)
     dog.on_train_batch_end(0)
     clock.advance(TIMEOUT / 2)
+    assert not dog.check() and fired == []
+    clock.advance(TIMEOUT)
+    assert dog.check() and "after step 1 of this fit" in fired[0]
+
+
+def test_the_first_steps_allowance_is_five_timeouts_and_at_least_ten_minutes():
+    assert StepWatchdog(10).first_step_timeout == watchdog_module.FIRST_STEP_FLOOR == 600
+    assert StepWatchdog(600).first_step_timeout == 3000
+    assert StepWatchdog(10, first_step_timeout=30).first_step_timeout == 30
+
+
+def test_armed_before_the_fit_a_hang_in_an_earlier_callbacks_train_begin_fires(dog, clock, fired):
+    dog.expect_first_step()  # the runner, before fit: the broadcasts at train begin come first
+    clock.advance(FIRST_STEP + 1)
+    assert dog.check() and fired[0].startswith(
+        "hvdtrain: error: the first training step of this fit did not finish within 600 s")
+
+
+def test_a_watched_task_fires_when_a_batch_or_its_closing_allreduce_hangs(dog, clock, fired):
+    dog.watch("the final evaluation")
+    clock.advance(0.9 * FIRST_STEP)  # the first batch traces the test step
+    assert not dog.check()
+    for _ in range(5):  # an evaluation much longer than the timeout, in batches
+        dog.beat()
+        clock.advance(0.9 * TIMEOUT)
+        assert not dog.check()
+    dog.beat()
+    clock.advance(TIMEOUT + 1)  # the allreduce of the totals never returns
+    assert dog.check()
+    assert fired == ["hvdtrain: error: the final evaluation made no progress for 10 s; a peer "
+                     "may have died or hung. Ending the job."]
+
+
+def test_a_closed_watchdog_ignores_beats(dog, clock, fired):
+    dog.watch("the final evaluation")
+    dog.close()
+    dog.beat()
+    clock.advance(2 * FIRST_STEP)
     assert not dog.check() and fired == []
 
 
@@ -260,3 +309,36 @@ def test_in_a_real_fit_the_message_counts_every_step_run_several_per_call(clock,
     with StepWatchdog(TIMEOUT, poll=3600, clock=clock, on_timeout=fired.append) as dog:
         model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[StallAtTheEnd(), dog])
     assert len(fired) == 1 and "after step 8 of this fit" in fired[0]
+
+
+def test_a_run_is_watched_from_each_fits_start_and_through_the_final_evaluation(
+        tmp_path, monkeypatch):
+    from hvdtrain import comm
+    from hvdtrain.config import load_config
+    from hvdtrain.training import callback_factory, runner
+
+    fired = []
+    monkeypatch.setattr(callback_factory, "StepWatchdog", lambda timeout: StepWatchdog(
+        timeout, first_step_timeout=1.0, poll=0.05, on_timeout=fired.append))
+    real_evaluate = runner.evaluate
+
+    def evaluate_after_a_hang(*args, **kwargs):
+        time.sleep(3)  # as an allreduce that a hung peer never joins
+        return real_evaluate(*args, **kwargs)
+
+    class HangAtTrainBegin(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            time.sleep(3)  # as a broadcast at train begin that a hung peer never joins
+
+    monkeypatch.setattr(runner, "evaluate", evaluate_after_a_hang)
+    comm.init()  # a world of one worker
+    before = len(_watchers())
+    runner.train(load_config(None, dict(
+        model="lenet", dataset="synthetic", batch_size=8, epochs=1, steps_per_epoch=2,
+        validate=False, step_timeout=60, out=str(tmp_path / "run"))),
+        verbose=0, extra_callbacks=(HangAtTrainBegin(),))
+    assert any(m.startswith("hvdtrain: error: the first training step of this fit did not "
+                            "finish within 1 s") for m in fired), fired
+    assert "hvdtrain: error: the final evaluation made no progress for 1 s; a peer may have " \
+           "died or hung. Ending the job." in fired
+    assert len(_watchers()) == before  # closed for good when the run ended

@@ -14,6 +14,7 @@ import argparse
 import os
 from dataclasses import asdict, replace
 from statistics import fmean
+from typing import Callable
 
 from hvdtrain import files
 from hvdtrain.buckets import parse_bucket_spec
@@ -74,35 +75,45 @@ def independent_compute(bench: dict) -> float | None:
     return fmean(alone) if alone else None
 
 
-def workload(bench: dict, overlap: float, floor: bool = True) -> Workload:
+def workload(bench: dict, overlap: float, floor: bool = True, mode: str | None = None) -> Workload:
     """The step of the bench's model: compute from its independent rows, bytes per mode,
     the gradient group sent last, and (unless `floor` is False) the hosts' floor from
-    its multi-worker rows."""
+    its multi-worker rows. The state a round carries is `mode`'s own when the bench has
+    rows of it (local mode averages the optimizer's slots by default, async mode does not),
+    else that of the first local-mode row."""
     rows = bench["rows"]
     compute = independent_compute(bench)
     if compute is None:
         raise ConfigError("predict needs a bench with an independent row (--modes ...,independent)")
     first = rows[0]
     gradient = first["parameters"] * (2 if first.get("fp16_allreduce") else 4)
-    state = next((r["bytes_per_step"] * r["n_sync"] for r in rows
-                  if r["mode"] in LOCAL_MODES and r["workers"] > 1), gradient)
+    rounds = _round_rows(rows, mode)
+    state = next((r["bytes_per_step"] * r["n_sync"] for r in rounds), gradient)
     groups = next((r["gradient_group_bytes"] for r in rows if r.get("gradient_group_bytes")), None)
     work = Workload(compute, gradient, state, first["batch_per_worker"],
                     bucket_bytes=parse_bucket_spec(first.get("bucket_mb", 25)).cap_bytes(
                         [gradient]), overlap=overlap,
                     last_bucket_bytes=groups[-1] if groups else None)
-    return _with_floors(bench, work) if floor else work
+    return _with_floors(bench, work, rounds) if floor else work
 
 
-def _with_floors(bench: dict, work: Workload) -> Workload:
+def _round_rows(rows: list[dict], mode: str | None) -> list[dict]:
+    """The multi-worker rows whose rounds stand for `mode`'s: its own, if any, else every
+    local mode's."""
+    local = [r for r in rows if r["mode"] in LOCAL_MODES and r["workers"] > 1]
+    return [r for r in local if r["mode"] == mode] or local
+
+
+def _with_floors(bench: dict, work: Workload, rounds: list[dict]) -> Workload:
     """`work` with the exchange floors and sync mode's extra compute, where the link was
     not the limit. Only an unshaped bench tells them: over an emulated link the exchange
-    is the link's. Each row's floor is scaled by its own worker count before averaging."""
+    is the link's. Each row's floor is scaled by its own worker count before averaging;
+    the state's comes from `rounds`, the rows whose state `work` carries."""
     if bench.get("link_rate"):
         return work
     timed = [r for r in bench["rows"] if r["workers"] > 1 and r.get("seconds_per_exchange")]
     sync = [r for r in timed if r["mode"] == "sync"]
-    local = [r for r in timed if r["mode"] in LOCAL_MODES]
+    local = [r for r in rounds if r.get("seconds_per_exchange")]
     if not sync or not local:
         return work
     floored = replace(
@@ -123,14 +134,16 @@ def _setups(bench: dict) -> list[tuple[str, int]]:
     return list(found)
 
 
-def predictions(bench: dict, work: Workload, workers: list[int], rates: list[str],
-                latency: float, per_link: int) -> list[dict]:
+def predictions(bench: dict, work_for: Callable[[str], Workload], workers: list[int],
+                rates: list[str], latency: float, per_link: int) -> list[dict]:
+    """Each of the bench's setups on each link and worker count; `work_for(mode)` is the
+    workload of a mode."""
     rows = []
     for rate in rates:
         link = Link(parse_rate(rate), latency, per_link)
         for mode, n_sync in _setups(bench):
             for count in workers:
-                p = predict(work, mode, count, link, n_sync)
+                p = predict(work_for(mode), mode, count, link, n_sync)
                 rows.append({"model": bench["rows"][0]["model"], "mode": mode, "n_sync": n_sync,
                              "workers": count, "link_rate": rate, **vars(p)})
     return rows
@@ -142,7 +155,7 @@ def workers_per_link(bench: dict, workers: int) -> int:
     return 1 if bench.get("topology", {}).get("kind") == "emulated-hosts" else workers
 
 
-def checks(work: Workload, shaped: dict, latency: float) -> list[dict]:
+def checks(work_for: Callable[[str], Workload], shaped: dict, latency: float) -> list[dict]:
     """Each communicating row of a bench over an emulated link, measured and predicted.
 
     The compute comes from that bench's own independent rows: on a shared machine it
@@ -155,13 +168,14 @@ def checks(work: Workload, shaped: dict, latency: float) -> list[dict]:
     if not rate:
         raise ConfigError("--check takes benches run with --link-rate; this one has no link_rate")
     own_compute = independent_compute(shaped)
-    if own_compute is not None:
-        work = replace(work, compute_seconds=own_compute)
     out = []
     for row in shaped["rows"]:
         mode = "sync" if row["mode"] == "horovod" else row["mode"]
         if mode == "independent" and own_compute is not None:
             continue
+        work = work_for(mode)
+        if own_compute is not None:
+            work = replace(work, compute_seconds=own_compute)
         link = Link(parse_rate(rate), latency, workers_per_link(shaped, row["workers"]))
         p = predict(work, mode, row["workers"], link, row["n_sync"] or 1)
         measured = row["total_images_per_sec"]
@@ -179,13 +193,17 @@ def run(args: argparse.Namespace) -> int:
                           f"got {args.latency}, {args.workers_per_link} and {args.overlap}")
     bench = step_triggered(files.read_json(args.bench_json))
     work = workload(bench, args.overlap, floor=not args.no_floor)
+
+    def work_for(mode: str) -> Workload:
+        return workload(bench, args.overlap, floor=not args.no_floor, mode=mode)
+
     rates = [r.strip() for r in args.link_rate.split(",")]
     for rate in rates:
         parse_rate(rate)
-    rows = predictions(bench, work, parse_int_list(args.workers, "--workers"), rates,
+    rows = predictions(bench, work_for, parse_int_list(args.workers, "--workers"), rates,
                        args.latency * 1e-6, args.workers_per_link)
     checked = [c for path in args.check
-               for c in checks(work, step_triggered(files.read_json(path)), args.latency * 1e-6)]
+               for c in checks(work_for, step_triggered(files.read_json(path)), args.latency * 1e-6)]
     out = args.out or os.path.dirname(os.path.abspath(args.bench_json))
     os.makedirs(out, exist_ok=True)
     files.write_json(os.path.join(out, "predict.json"), {

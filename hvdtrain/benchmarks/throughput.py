@@ -29,7 +29,7 @@ from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_s
 from hvdtrain.cpu_cores import pin_worker
 from hvdtrain.errors import ConfigError
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
-from hvdtrain.keras.state import ModelStateAverager, variable_bytes
+from hvdtrain.keras.state import variable_bytes
 
 DATASET_OF = {"device": "synthetic-device", "host": "synthetic"}
 
@@ -112,11 +112,11 @@ def measure(setup: Setup) -> dict:
             model = plain_horovod.train(setup.model, parse_shape(setup.shape), setup.batch_size,
                                         total_steps, setup.seed, callbacks=callbacks,
                                         on_device=setup.data == "device")
-            summary = {}
+            summary, averager = {}, None
         else:
             result = train(_train_config(setup, total_steps, os.path.join(scratch, "run")),
                            verbose=0, extra_callbacks=tuple(callbacks))
-            model, summary = result.model, result.summary
+            model, summary, averager = result.model, result.summary, result.state_averager
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -130,7 +130,8 @@ def measure(setup: Setup) -> dict:
     gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
     groups = _gradient_groups(model.trainable_variables, setup)
     if setup.mode in LOCAL_MODES:
-        averager = ModelStateAverager(model, fp16_allreduce=setup.fp16_allreduce)
+        # The run's own averager, so a round is sized and timed with what the run's rounds
+        # carried: the optimizer slots, statistics, fp16 and outer step of its resolved config.
         exchange_bytes, exchange = averager.payload_bytes, averager.average
     else:
         exchange_bytes = gradient_bytes

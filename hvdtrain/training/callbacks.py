@@ -51,13 +51,22 @@ class CountProgress(keras.callbacks.Callback):
 
 
 class ThroughputMeter(keras.callbacks.Callback):
-    """Training images per second, evaluation excluded.
+    """The job's training images per second, evaluation excluded.
 
-    Each epoch is timed from the end of its first batch, which leaves out graph
-    tracing and pipeline start-up. The images are the job's, from the progress (with
-    rounds every T seconds a worker learns the others' at rounds, and the epoch ends
-    at one). Put it after the state callback and before `MetricAverage`: each worker
-    logs the job's rate as it timed it, and averaging gives the job's rate.
+    Each worker times an epoch from the end of its own first batch, which leaves out
+    graph tracing and pipeline start-up, to the end of its last, and counts the
+    examples it trained in between. Workers need not move in lockstep (local SGD's
+    independent steps, rounds every T seconds, a straggler), so the job's rate is the
+    job's examples over the job's span: from the earliest first-batch end to the latest
+    last-batch end (`job_rate`); a worker that started late cannot claim the whole job's
+    images for its own shorter span. The workers agree on it in one allgather at the
+    epoch end, so every rank must have this callback, and all log the same rate.
+
+    Clocks: a worker places its span on the wall clock (`time.time()`, comparable
+    across hosts) and measures its length with the monotonic `time.perf_counter()`, so
+    a clock adjusted mid-epoch does not stretch it. Hosts' wall clocks differ by what
+    NTP leaves, milliseconds, which moves the job's span by as much: small against an
+    epoch, and the skew of ranks on one machine is none.
     """
 
     def __init__(self, progress: TrainingProgress):
@@ -67,30 +76,52 @@ class ThroughputMeter(keras.callbacks.Callback):
         self.timed_seconds = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._first_examples = None
-        self._start = self._end = None
+        self._wall_start = self._start = self._end = None
+        self._first_examples = 0
         self._eval_start = self._eval_end = 0.0
 
     def on_train_batch_end(self, batch, logs=None):
         if self._start is None:
-            self._start, self._first_examples = time.perf_counter(), self.progress.examples
+            self._wall_start, self._start = time.time(), time.perf_counter()
+            self._first_examples = self.progress.own_examples
             self._eval_start = self.progress.eval_seconds
         self._end = time.perf_counter()
         self._eval_end = self.progress.eval_seconds  # --eval-every's evaluations are no training
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = (self._end - self._start - (self._eval_end - self._eval_start)
-                   if self._start is not None else 0.0)
-        images = self.progress.examples - self._first_examples if self._start is not None else 0
+        rows = comm.gather_rows(tf.constant([self._span()], tf.float64), name="epoch_throughput")
+        images, seconds = job_rate([row.numpy()[0].tolist() for row in rows])
         self.timed_images += images
         self.timed_seconds += seconds
         if logs is not None:
             logs["images_per_sec"] = images / seconds if seconds > 0 else 0.0
 
+    def _span(self) -> list[float]:
+        """[start, end] of this worker's epoch on the wall clock, its seconds evaluating
+        within, and the examples it trained after its first batch."""
+        if self._start is None:  # no batch ended here this epoch
+            return [math.inf, -math.inf, 0.0, 0.0]
+        return [self._wall_start, self._wall_start + self._end - self._start,
+                self._eval_end - self._eval_start,
+                float(self.progress.own_examples - self._first_examples)]
+
     @property
     def images_per_sec(self) -> float:
-        """The job's rate over the whole run, as this worker timed it."""
+        """The job's rate over the whole run; the same on every worker."""
         return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else 0.0
+
+
+def job_rate(spans: list[list[float]]) -> tuple[int, float]:
+    """(images, seconds) of the job in one epoch from each worker's [start, end,
+    eval_seconds, images]: every worker's images, over the span from the earliest start
+    to the latest end less the evaluations within it. Those are collective (all workers
+    evaluate together), so each worker timed about the same pause: their mean is left out."""
+    timed = [span for span in spans if span[0] <= span[1]]
+    if not timed:
+        return 0, 0.0
+    start, end = min(span[0] for span in timed), max(span[1] for span in timed)
+    evaluating = sum(span[2] for span in timed) / len(timed)
+    return round(sum(span[3] for span in timed)), max(0.0, end - start - evaluating)
 
 
 class MetricsLog(keras.callbacks.Callback):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Callable
 
 import keras
 import tensorflow as tf
@@ -43,20 +44,25 @@ class TestEvaluation:
 
         self._batch_totals = batch_totals
 
-    def __call__(self, test_ds: tf.data.Dataset, name: str = "evaluation") -> tuple[float, float]:
-        """Each worker its shard, summed exactly over workers; a collective call."""
+    def __call__(self, test_ds: tf.data.Dataset, name: str = "evaluation",
+                 on_batch: Callable[[], None] | None = None) -> tuple[float, float]:
+        """Each worker its shard, summed exactly over workers; a collective call.
+        `on_batch` is called after each batch (a watchdog's beat)."""
         local = tf.zeros(3, tf.float64)
         for images, labels in test_ds:
             local += self._batch_totals(images, labels)
+            if on_batch is not None:
+                on_batch()
         loss_sum, correct, count = comm.total([local], name=name)[0].numpy()
         if count == 0:
             raise DataError("the test split is empty")
         return float(loss_sum / count), float(correct / count)
 
 
-def evaluate(model: keras.Model, test_ds: tf.data.Dataset) -> tuple[float, float]:
+def evaluate(model: keras.Model, test_ds: tf.data.Dataset,
+             on_batch: Callable[[], None] | None = None) -> tuple[float, float]:
     """Loss and accuracy over the whole test split: each worker its shard, summed exactly."""
-    return TestEvaluation(model)(test_ds)
+    return TestEvaluation(model)(test_ds, on_batch=on_batch)
 
 
 def first_part(test_ds: tf.data.Dataset, examples: int | None, workers: int) -> tf.data.Dataset:

@@ -24,7 +24,7 @@ from hvdtrain.cpu_cores import pin_worker
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, PeerLostError
-from hvdtrain.keras.state import reseed_dropout
+from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
 from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_variables,
@@ -45,6 +45,9 @@ class RunResult:
     history: dict[str, list[float]]
     run_dir: str
     train_shard: np.ndarray = field(repr=False)
+    # What the run's state rounds handed to allreduce, built from its resolved config
+    # (`hvdtrain bench` sizes and times local rounds with it).
+    state_averager: ModelStateAverager = field(repr=False)
 
 
 @dataclass
@@ -88,9 +91,20 @@ def train(cfg: TrainConfig, verbose: int | None = None,
                 with naming_a_lost_peer(run):
                     _fit(run, verbose)
             train_seconds = time.time() - start
-            test_loss, test_accuracy = evaluate(
-                run.model, data.test(run.world.rank, run.world.workers, EVAL_BATCH))
+            test_loss, test_accuracy = _final_evaluation(run)
         return _finish(run, train_seconds, test_loss, test_accuracy)
+
+
+def _final_evaluation(run: Run) -> tuple[float, float]:
+    """The whole test split, under the watchdog: it ends in an allreduce, where a peer
+    that hangs would block this worker for good. The watchdog is closed for good after."""
+    test = run.data.test(run.world.rank, run.world.workers, EVAL_BATCH)
+    watchdog = run.callbacks.watchdog
+    if watchdog is None:
+        return evaluate(run.model, test)
+    with watchdog:  # closes it, also when the evaluation raises
+        watchdog.watch("the final evaluation")
+        return evaluate(run.model, test, on_batch=watchdog.beat)
 
 
 @contextlib.contextmanager
@@ -196,6 +210,9 @@ def _fit(run: Run, verbose: int | None) -> None:
         with contextlib.ExitStack() as stack:
             if run.callbacks.watchdog:  # a fit that raises gets no on_train_end to disarm it
                 stack.callback(run.callbacks.watchdog.close)
+                # Armed before the fit: its callbacks' broadcasts at train begin wait for
+                # every peer, and the first step's allowance covers them and tracing.
+                run.callbacks.watchdog.expect_first_step()
             if hasattr(run.state_sync, "abandon_rounds"):  # nor one to stop its rounds
                 stack.callback(run.state_sync.abandon_rounds)
             fitted = _fit_phase(run, phase, first_step, verbosity)
@@ -260,4 +277,4 @@ def _finish(run: Run, train_seconds: float, test_loss: float, test_accuracy: flo
               f"{summary['images_per_sec']:.0f} images/sec on {world.workers} worker(s) | "
               f"{train_seconds:.1f} s | run folder: {cfg.out}", flush=True)
     return RunResult(run.model, summary, run.history, cfg.out,
-                     run.data.shard(world.rank, world.workers))
+                     run.data.shard(world.rank, world.workers), run.state_sync.averager)

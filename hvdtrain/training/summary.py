@@ -8,7 +8,6 @@ from typing import Any
 
 import keras
 
-from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, PerWorkerPeriod, TrainConfig, parse_n_sync
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.progress import TrainingProgress
@@ -54,13 +53,13 @@ def allreduced_bytes(model: keras.Model, progress: TrainingProgress, fp16: bool)
 def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: TrainingProgress,
                 images_per_sec: float, history: dict[str, list[float]], resumed_from_step: int,
                 train_seconds: float, test_loss: float, test_accuracy: float) -> dict[str, Any]:
-    """The summary of a run; a collective call (throughput is averaged over workers)."""
+    """The summary of a run, from this worker's counts."""
     gradient_steps = int(model.optimizer.averaged_steps.numpy())
     return {
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
-        # Every worker timed the job's rate; their mean is the job's.
-        "images_per_sec": comm.average_scalars({"v": images_per_sec}, name="final_throughput")["v"],
+        # The job's rate, which the workers agreed on at every epoch end (ThroughputMeter).
+        "images_per_sec": images_per_sec,
         "wall_seconds": train_seconds,
         # Of which evaluating: Keras's after each epoch and --eval-every's within them.
         "eval_seconds": progress.eval_seconds,

@@ -1,0 +1,61 @@
+"""Two workers of which rank 1 starts late; what the job reported beside when each batch ended.
+
+usage: throughput_worker.py RESULTS_DIR LATE_SECONDS
+Writes throughput-rank{R}.json: this rank's batch end times (time.time()), the epoch's
+images_per_sec as logged, the summary, and the batch size.
+"""
+
+import json
+import os
+import sys
+import time
+
+import keras
+
+from hvdtrain import comm
+from hvdtrain.config import load_config
+from hvdtrain.training.runner import train
+
+BATCH = 16
+
+
+class LateStart(keras.callbacks.Callback):
+    """Rank 1 waits before its first step, as a worker on a slow or busy host would."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 0 and comm.rank() == 1:
+            time.sleep(self.seconds)
+
+
+class BatchEnds(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.ends, self.logged = [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ends.append(time.time())
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.logged.append(float(logs["images_per_sec"]))
+
+
+def main(results_dir: str, late_seconds: str) -> None:
+    comm.init()
+    ends = BatchEnds()
+    # Local SGD with no round within the epoch: the workers step without waiting for
+    # each other until the epoch's end.
+    cfg = load_config(None, dict(model="lenet", dataset="synthetic-device", batch_size=BATCH,
+                                 epochs=1, steps_per_epoch=20, validate=False, mode="local",
+                                 n_sync=1000, out=os.path.join(results_dir, "run")))
+    result = train(cfg, verbose=0, extra_callbacks=(LateStart(float(late_seconds)), ends))
+    with open(os.path.join(results_dir, f"throughput-rank{comm.rank()}.json"), "w") as fh:
+        json.dump({"ends": ends.ends, "logged": ends.logged, "summary": result.summary,
+                   "batch": BATCH}, fh)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
