@@ -8,6 +8,7 @@ from typing import Any
 
 import keras
 
+from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, PerWorkerPeriod, TrainConfig, parse_n_sync
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.progress import TrainingProgress
