@@ -342,3 +342,37 @@ def test_a_run_is_watched_from_each_fits_start_and_through_the_final_evaluation(
     assert "hvdtrain: error: the final evaluation made no progress for 1 s; a peer may have " \
            "died or hung. Ending the job." in fired
     assert len(_watchers()) == before  # closed for good when the run ended
+
+
+def test_an_evaluation_within_training_beats_the_watchdog_after_every_test_batch(tmp_path):
+    """An --eval-every evaluation runs between two steps: without beats, one longer than
+    --step-timeout would end a healthy job."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from hvdtrain import comm
+    from hvdtrain.keras import with_gradient_averaging
+    from hvdtrain.progress import TrainingProgress
+    from hvdtrain.training.periodic_eval import PeriodicEvaluation
+
+    comm.init()
+
+    class InConsensus:
+        period = 1
+
+        def reach_consensus(self):
+            pass
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(with_gradient_averaging(keras.optimizers.SGD()),  # counts what it sent
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    test = tf.data.Dataset.from_tensor_slices(
+        (np.zeros((12, 3), "float32"), np.zeros(12, "int64"))).batch(4)
+    beats = []
+    evaluation = PeriodicEvaluation(1, lambda: test, InConsensus(),
+                                    TrainingProgress(epoch_examples=12), 0.0,
+                                    str(tmp_path / "metrics.jsonl"), beat=lambda: beats.append(1))
+    evaluation.set_model(model)
+    evaluation.evaluate_now()
+    assert len(beats) == 3

@@ -66,10 +66,11 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
                        chief_only_steps=cfg.warm_start_steps if one_worker_warm_start else 0,
                        per_worker=cfg.sync_seconds is not None)
     broadcast = [BroadcastInitialState(progress=progress)] if cfg.mode == "sync" else []
+    watchdog = StepWatchdog(cfg.step_timeout) if cfg.step_timeout else None
     evaluation = PeriodicEvaluation(cfg.eval_every if test_data else 0, test_data, state_sync,
                                     progress, start_time,
                                     os.path.join(run_dir, run_folder.METRICS),
-                                    cfg.fp16_allreduce)
+                                    cfg.fp16_allreduce, beat=watchdog.beat if watchdog else None)
     every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, evaluation,
                   throughput,
                   MetricAverage(), FiniteLossGuard(progress, checkpointer.store), step_log,
@@ -82,7 +83,6 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
                                     write_graph=False, profile_batch=0),
         checkpointer,
     ]
-    watchdog = StepWatchdog(cfg.step_timeout) if cfg.step_timeout else None
     return RunCallbacks(every_rank, chief_only, throughput, step_log, watchdog)
 
 

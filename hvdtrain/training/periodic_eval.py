@@ -36,13 +36,15 @@ class PeriodicEvaluation(keras.callbacks.Callback):
       state_sync: `LocalSGD` or `AverageModelStatistics`: its `reach_consensus()` runs
         first, and its `period` (steps between rounds now) goes into the line.
       fp16_allreduce: whether gradients travel as float16 (for the bytes so far).
+      beat: called after each test batch: the step watchdog's, so that an evaluation
+        longer than one --step-timeout still counts as progress, batch by batch.
 
     With `every` 0 it evaluates nothing itself and only times Keras's validation.
     """
 
     def __init__(self, every: int, test_data: Callable[[], tf.data.Dataset],
                  state_sync, progress: TrainingProgress, start_time: float, log_path: str,
-                 fp16_allreduce: bool = False):
+                 fp16_allreduce: bool = False, beat: Callable[[], None] | None = None):
         super().__init__()
         self.every = every
         self.test_data = test_data
@@ -51,6 +53,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
         self.start_time = start_time
         self.log_path = log_path
         self.fp16_allreduce = fp16_allreduce
+        self.beat = beat
         self._evaluation: TestEvaluation | None = None
         self._begin = 0
         self._test_started: float | None = None
@@ -81,7 +84,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
         started = time.perf_counter()
         if self._evaluation is None:
             self._evaluation = TestEvaluation(self.model)
-        loss, accuracy = self._evaluation(self.test_data(),
+        loss, accuracy = self._evaluation(self.test_data(), on_batch=self.beat,
                                           name=f"periodic_evaluation_{self.progress.steps}")
         self.progress.eval_seconds += time.perf_counter() - started
         record = self._record(loss, accuracy)
