@@ -180,14 +180,23 @@ def run_cluster(args: list[str], timeout: float = 300, env: dict | None = None
                           timeout=timeout, env=env)
 
 
+def listed_namespaces() -> set[str]:
+    """Every namespace some process holds, as lsns lists them. lsns fails now and then
+    when a process it is reading exits meanwhile (other jobs on the machine): ask again."""
+    for _ in range(10):
+        listed = subprocess.run(["lsns", "-n", "-o", "NS"], capture_output=True, text=True)
+        if listed.returncode == 0:
+            return set(listed.stdout.split())
+        time.sleep(0.5)
+    raise AssertionError(f"lsns failed 10 times: {listed.stderr.strip()}")
+
+
 def assert_nothing_left(record: str) -> None:
     """No process in, no mount of, and no holder of any namespace the run recorded."""
     with open(record, encoding="utf-8") as fh:
         recorded = {line.split()[1].split("[")[1].rstrip("]") for line in fh if line.strip()}
     assert len(recorded) >= 4
-    listed = subprocess.run(["lsns", "-n", "-o", "NS"], capture_output=True, text=True,
-                            check=True).stdout.split()
-    assert not recorded & set(listed)
+    assert not recorded & listed_namespaces()
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
         mounts = fh.read()
     assert "hvdtrain-cluster" not in mounts
