@@ -20,24 +20,33 @@ BATCH = 16
 
 
 class LateStart(keras.callbacks.Callback):
-    """Rank 1 waits before its first step, as a worker on a slow or busy host would."""
+    """Rank 1 starts its first step `seconds` after rank 0 has ended its last (told by a
+    file `done`), as a worker on a slow or busy host would: a fixed sleep alone could be
+    swallowed by rank 0's own start-up on a loaded machine."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, done: str):
         super().__init__()
         self.seconds = seconds
+        self.done = done
 
     def on_train_batch_begin(self, batch, logs=None):
         if batch == 0 and comm.rank() == 1:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(self.done) and time.monotonic() < deadline:
+                time.sleep(0.05)
             time.sleep(self.seconds)
 
 
 class BatchEnds(keras.callbacks.Callback):
-    def __init__(self):
+    def __init__(self, done: str):
         super().__init__()
         self.ends, self.logged = [], []
+        self.done = done
 
     def on_train_batch_end(self, batch, logs=None):
         self.ends.append(time.time())
+        if comm.rank() == 0 and batch + 1 == self.params["steps"]:
+            open(self.done, "w", encoding="utf-8").close()
 
     def on_epoch_end(self, epoch, logs=None):
         self.logged.append(float(logs["images_per_sec"]))
@@ -45,13 +54,14 @@ class BatchEnds(keras.callbacks.Callback):
 
 def main(results_dir: str, late_seconds: str) -> None:
     comm.init()
-    ends = BatchEnds()
+    done = os.path.join(results_dir, "rank0-done")
+    ends = BatchEnds(done)
     # Local SGD with no round within the epoch: the workers step without waiting for
     # each other until the epoch's end.
     cfg = load_config(None, dict(model="lenet", dataset="synthetic-device", batch_size=BATCH,
                                  epochs=1, steps_per_epoch=20, validate=False, mode="local",
                                  n_sync=1000, out=os.path.join(results_dir, "run")))
-    result = train(cfg, verbose=0, extra_callbacks=(LateStart(float(late_seconds)), ends))
+    result = train(cfg, verbose=0, extra_callbacks=(LateStart(float(late_seconds), done), ends))
     with open(os.path.join(results_dir, f"throughput-rank{comm.rank()}.json"), "w") as fh:
         json.dump({"ends": ends.ends, "logged": ends.logged, "summary": result.summary,
                    "batch": BATCH}, fh)
