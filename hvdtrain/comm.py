@@ -87,7 +87,7 @@ def _make_host_groups() -> None:
             try:
                 added = hvd.add_process_set(ranks)
             except (AssertionError, ValueError, RuntimeError) as exc:
-                raise ConfigError("--hierarchical must start Horovod itself: this process "
+                raise ConfigError("--hierarchical-sgd must start Horovod itself: this process "
                                   f"started it earlier without process sets ({exc})") from None
             if tuple(ranks) == mine:
                 process_set = added

@@ -167,7 +167,7 @@ class TrainConfig:
         1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging",
         modes=LOCAL_MODES)
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
-    hierarchical: bool = _opt(
+    hierarchical_sgd: bool = _opt(
         False, "local and async modes: hierarchical local SGD (Lin et al. 2018) for hosts of "
                "several workers: the workers of one host average gradients every step, as sync "
                "mode does, in a Horovod process set of their own, and the hosts' models are "
@@ -261,7 +261,7 @@ class TrainConfig:
         changes = {f.name: f.metadata["default_per_mode"][self.mode]
                    for f in dataclasses.fields(self)
                    if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
-        if self.hierarchical and self.n_sync is None:
+        if self.hierarchical_sgd and self.n_sync is None:
             # A host's workers hold one model: the replicas that drift apart are the hosts.
             changes["n_sync"] = DEFAULT_N_SYNC[self.mode].replace("/workers", "/hosts")
         return dataclasses.replace(self, **changes) if changes else self
@@ -382,17 +382,17 @@ def _check_timed(cfg: "TrainConfig") -> None:
 def _check_hierarchical(cfg: "TrainConfig") -> None:
     """What hierarchical local SGD does not do yet, and what needs it, in one line each."""
     period = parse_n_sync(cfg.n_sync) if cfg.n_sync is not None else None
-    if isinstance(period, PerWorkerPeriod) and period.per == "hosts" and not cfg.hierarchical:
-        raise ConfigError(f"--n-sync {cfg.n_sync} counts hosts, which only --hierarchical "
+    if isinstance(period, PerWorkerPeriod) and period.per == "hosts" and not cfg.hierarchical_sgd:
+        raise ConfigError(f"--n-sync {cfg.n_sync} counts hosts, which only --hierarchical-sgd "
                           "averages as one model each; use N/workers")
-    if not cfg.hierarchical:
+    if not cfg.hierarchical_sgd:
         return
     for problem, given in ((cfg.sync_seconds is not None, f"--sync-seconds {cfg.sync_seconds}"),
                            (cfg.elastic, "--elastic"),
                            (cfg.warm_start_steps > 0,
                             f"--warm-start-steps {cfg.warm_start_steps}")):
         if problem:
-            raise ConfigError(f"--hierarchical does not work with {given} yet")
+            raise ConfigError(f"--hierarchical-sgd does not work with {given} yet")
 
 
 def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:

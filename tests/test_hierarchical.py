@@ -1,4 +1,4 @@
-"""Hierarchical local SGD (--hierarchical): sync inside a host, local SGD across hosts.
+"""Hierarchical local SGD (--hierarchical-sgd): sync inside a host, local SGD across hosts.
 
 The multi-process tests run one Horovod job of four workers on two "hosts" of one
 machine (horovodrun counts localhost and 127.0.0.1 as two hostnames).
@@ -20,7 +20,7 @@ PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate
              momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
 # The hierarchical runs scale the rate for a host's 2 workers, sync for all 4: twice the
 # base rate gives both the same rate, so that one step of each is the same update.
-HIERARCHICAL = dict(PLAIN, mode="local", hierarchical=True, base_lr=0.2)
+HIERARCHICAL = dict(PLAIN, mode="local", hierarchical_sgd=True, base_lr=0.2)
 RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs need
     "every3": dict(HIERARCHICAL, n_sync=3),
     "every1": dict(HIERARCHICAL, n_sync=1),
@@ -86,18 +86,18 @@ def test_a_period_in_hosts_divides_by_the_hosts():
 
 @pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts"), ("async", "10/hosts")])
 def test_the_default_period_counts_hosts_when_hierarchical(mode, n_sync):
-    assert load_config(None, {"mode": mode, "hierarchical": True}).resolved().n_sync == n_sync
+    assert load_config(None, {"mode": mode, "hierarchical_sgd": True}).resolved().n_sync == n_sync
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(hierarchical=True), "--hierarchical needs --mode local or async"),
-    (dict(mode="local", hierarchical=True, sync_seconds=2.0),
-     "--hierarchical does not work with --sync-seconds 2.0 yet"),
-    (dict(mode="local", hierarchical=True, elastic=True, out="run"),
-     "--hierarchical does not work with --elastic yet"),
-    (dict(mode="local", hierarchical=True, warm_start_steps=10),
-     "--hierarchical does not work with --warm-start-steps 10 yet"),
-    (dict(mode="local", n_sync="40/hosts"), "--n-sync 40/hosts counts hosts, which only"),
+    (dict(hierarchical_sgd=True), "--hierarchical-sgd needs --mode local or async"),
+    (dict(mode="local", hierarchical_sgd=True, sync_seconds=2.0),
+     "--hierarchical-sgd does not work with --sync-seconds 2.0 yet"),
+    (dict(mode="local", hierarchical_sgd=True, elastic=True, out="run"),
+     "--hierarchical-sgd does not work with --elastic yet"),
+    (dict(mode="local", hierarchical_sgd=True, warm_start_steps=10),
+     "--hierarchical-sgd does not work with --warm-start-steps 10 yet"),
+    (dict(mode="local", n_sync="40/hosts"), "--n-sync 40/hosts counts hosts, which only --hierarchical-sgd"),
 ])
 def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

@@ -32,7 +32,7 @@ def compiled_model(cfg: TrainConfig, data: DataSource, world: World, devices) ->
                         devices=devices if cfg.model_parallel > 1 else None)
     optimizer = make_optimizer(
         cfg, WarmupDecaySchedule.from_spec(world.schedule),
-        averaging=cfg.mode == "sync" or cfg.hierarchical)
+        averaging=cfg.mode == "sync" or cfg.hierarchical_sgd)
     # jit_compile is never left to Keras's "auto": on a GPU that compiles the whole step,
     # and Horovod's ops have no XLA kernel.
     model.compile(optimizer=optimizer,
@@ -65,7 +65,7 @@ def state_callback(cfg: TrainConfig, model: keras.Model,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
             batch_size=cfg.batch_size, consensus_every=consensus_intervals(cfg),
-            hierarchical=cfg.hierarchical)
+            hierarchical=cfg.hierarchical_sgd)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.

@@ -29,7 +29,7 @@ def make_optimizer(cfg: TrainConfig, learning_rate, averaging: bool):
     if cfg.weight_decay:
         kwargs["weight_decay"] = cfg.weight_decay
     averaging_options = dict(averaging=averaging, fp16_allreduce=cfg.fp16_allreduce,
-                             bucket_mb=cfg.bucket_mb, within_host=cfg.hierarchical)
+                             bucket_mb=cfg.bucket_mb, within_host=cfg.hierarchical_sgd)
     if not cfg.mixed_precision:
         optimizer = gradient_averaging_class(base)(learning_rate=learning_rate, **kwargs,
                                                    **averaging_options)

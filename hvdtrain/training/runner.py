@@ -72,7 +72,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     cfg = cfg.resolved()
     # TensorFlow's own op determinism is left off: it refuses tf.timestamp, which times
     # every exchange (hvdtrain.keras.exchange_clock), and CPU kernels repeat without it.
-    comm.init(fuse_tensors=not cfg.deterministic, host_groups=cfg.hierarchical)
+    comm.init(fuse_tensors=not cfg.deterministic, host_groups=cfg.hierarchical_sgd)
     if cfg.pin_cores:  # before TensorFlow sizes its thread pools from the cores it may use
         pin_worker(comm.local_rank(), comm.local_size())
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.

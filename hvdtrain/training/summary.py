@@ -35,7 +35,7 @@ def topology(cfg: TrainConfig, model: keras.Model, progress: TrainingProgress) -
     """Hierarchical local SGD's groups (how many hosts, and this worker's host's workers,
     which average gradients every step), and what this worker handed to collectives among
     its host's workers apart from those among all (the rounds, which cross hosts)."""
-    if not cfg.hierarchical:
+    if not cfg.hierarchical_sgd:
         return {}
     group = comm.host_group()
     within = allreduced_bytes(model, progress, cfg.fp16_allreduce) - progress.state_bytes

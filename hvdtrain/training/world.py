@@ -29,7 +29,7 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     workers = comm.size()
     epoch_examples = progress.epoch_examples
     # Hierarchical: each step averages one host's gradients, so the rule counts those.
-    counted = comm.host_group().size if cfg.hierarchical else workers
+    counted = comm.host_group().size if cfg.hierarchical_sgd else workers
     schedule = schedule_in_examples(
         cfg.base_lr, cfg.batch_size, workers, cfg.warmup_epochs * epoch_examples,
         cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps,
@@ -43,7 +43,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
     every step, so a period no longer than 1 + slots saves nothing. A default that follows
     the workers (40/workers) reaches that at about 20 workers."""
     if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or workers < 2 \
-            or cfg.hierarchical:  # a round crosses hosts; sync's gradients would too
+            or cfg.hierarchical_sgd:  # a round crosses hosts; sync's gradients would too
         return None
     cfg = cfg.resolved()
     period = period_for(cfg.n_sync, workers)
