@@ -6,7 +6,7 @@ WORKERS ?= 2
 EPOCHS ?= 2
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup demo test test-fast test-cluster check-gpu-build clean
+.PHONY: setup demo test test-fast test-cluster image test-image check-gpu-build clean
 
 setup: $(STAMP)
 
@@ -20,12 +20,24 @@ demo: setup
 		hvdtrain train --model lenet --dataset fashion-mnist --epochs $(EPOCHS)
 
 test: setup
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not cluster" $(PYTEST_ARGS)
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not cluster and not image" $(PYTEST_ARGS)
 
 # Horovod jobs on an emulated cluster (hvdtrain cluster: root, namespaces, sshd); about
 # 5 to 8 minutes here (14 tests, 2 cores). CI runs it after `make test`; skipped, with the reason, without root.
 test-cluster: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster $(PYTEST_ARGS)
+
+# hvdtrain:cpu from docker/Dockerfile.cpu, with podman or docker (launch/image.sh; as root it
+# installs podman when neither runs). BASE=debootstrap: the Python base from Debian's
+# packages, where no image registry is reachable. About 10 minutes the first time here,
+# seconds after.
+image:
+	BASE=$(BASE) bash launch/image.sh
+
+# The image as the hosts of an emulated cluster (root, podman): builds it first (cached),
+# from Debian's packages. CI runs it after test-cluster; skipped, with the reason, elsewhere.
+test-image: setup
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m image $(PYTEST_ARGS)
 
 # Unit tests only: no horovodrun, no full training (about a minute here).
 test-fast: setup

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Builds hvdtrain's CPU image (docker/Dockerfile.cpu) with podman or docker, whichever runs
+# here; `make image` calls it. The build ends with the Dockerfile's own checks
+# (horovodrun --check-build and the one- and two-worker smoke tests) inside the image.
+#
+#   bash launch/image.sh                     IMAGE=hvdtrain:cpu from the Dockerfile's PYTHON_IMAGE
+#   BASE=debootstrap bash launch/image.sh    the Python base made from Debian's packages
+#                                            with mmdebstrap: for machines that reach a
+#                                            package mirror but no image registry
+#   CA_BUNDLE=FILE bash launch/image.sh      pip trusts FILE during the build steps only
+#                                            (default: the machine's own bundle; CA_BUNDLE=
+#                                            passes none). It is a build secret: it is
+#                                            never written to a layer of the image.
+#   ENGINE=podman|docker, IMAGE=NAME:TAG, DEBIAN_MIRROR=URL (for BASE=debootstrap)
+#
+# As root on Debian or Ubuntu, podman (and mmdebstrap for BASE=debootstrap) is installed
+# when neither engine runs, as `make setup` installs sshd. A second build with no
+# change takes seconds: every layer comes from the engine's cache.
+set -euo pipefail
+
+IMAGE=${IMAGE:-hvdtrain:cpu}
+BASE=${BASE:-}
+BASE_IMAGE=localhost/hvdtrain-base:bookworm
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+CA_BUNDLE=${CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+say() { printf 'image: %s\n' "$*"; }
+die() { printf 'image: error: %s\n' "$*" >&2; exit 2; }
+
+runs() { command -v "$1" >/dev/null 2>&1 && "$1" info >/dev/null 2>&1; }
+
+apt_install() {
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+pick_engine() {
+    if [ -n "${ENGINE:-}" ]; then
+        runs "$ENGINE" || die "ENGINE=$ENGINE does not run here ('$ENGINE info' fails)"
+        return
+    fi
+    # docker's client without a daemon is common (CI images): ask each engine to run.
+    for candidate in podman docker; do
+        if runs "$candidate"; then ENGINE=$candidate; return; fi
+    done
+    say "neither podman nor docker runs here; installing podman"
+    apt_install podman \
+        || die "neither podman nor docker runs here: install one (as root on Debian or Ubuntu: apt-get install podman)"
+    runs podman || die "podman was installed but 'podman info' fails"
+    ENGINE=podman
+}
+
+# A limit for the build's containers: WANT, or this shell's hard limit if lower. Podman's
+# defaults (1048576 files) may exceed the machine's hard limits, and then no RUN starts.
+capped() {
+    local hard=$1 want=$2
+    if [ "$hard" = unlimited ] || [ "$hard" -gt "$want" ]; then echo "$want"; else echo "$hard"; fi
+}
+
+# Podman as root without systemd (CI machines, containers): cgroupfs, and runc where
+# crun refuses hybrid cgroup hierarchies.
+engine_flags() {
+    ENGINE_FLAGS=()
+    BUILD_FLAGS=(--network host)
+    if [ "$ENGINE" = podman ]; then
+        ENGINE_FLAGS=(--cgroup-manager cgroupfs)
+        if command -v runc >/dev/null 2>&1; then ENGINE_FLAGS+=(--runtime runc); fi
+        local files procs
+        files=$(capped "$(ulimit -Hn)" 16384)
+        procs=$(capped "$(ulimit -Hu)" 4096)
+        # --format docker: the OCI format drops SHELL, and with it the RUNs' pipefail.
+        BUILD_FLAGS+=(--format docker --ulimit "nofile=$files:$files" --ulimit "nproc=$procs:$procs")
+    else
+        export DOCKER_BUILDKIT=1  # RUN --mount=type=secret
+    fi
+}
+
+engine() { "$ENGINE" "${ENGINE_FLAGS[@]}" "$@"; }
+
+# A Debian bookworm root with Python, imported as an image: the same Python (3.11) and
+# cmake 3.25 the Dockerfile expects from python:3.12-slim-bookworm's Debian layer.
+make_base() {
+    if engine image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+        say "base $BASE_IMAGE already made"
+        return
+    fi
+    command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap \
+        || die "BASE=debootstrap needs mmdebstrap (as root on Debian or Ubuntu: apt-get install mmdebstrap)"
+    local tar
+    tar=$(mktemp --suffix=.tar)
+    trap 'rm -f "$tar"' EXIT
+    say "making $BASE_IMAGE from Debian bookworm ($DEBIAN_MIRROR) with mmdebstrap"
+    mmdebstrap --quiet --variant=minbase \
+        --include=python3,python3-venv,python3-pip,ca-certificates \
+        bookworm "$tar" "$DEBIAN_MIRROR"
+    engine import --change 'CMD ["/bin/bash"]' "$tar" "$BASE_IMAGE" >/dev/null
+    rm -f "$tar"
+    trap - EXIT
+}
+
+main() {
+    pick_engine
+    engine_flags
+    local args=(-f "$ROOT/docker/Dockerfile.cpu" -t "$IMAGE")
+    case "$BASE" in
+        debootstrap) make_base; args+=(--build-arg "PYTHON_IMAGE=$BASE_IMAGE") ;;
+        "") ;;
+        *) die "BASE must be debootstrap or unset, got '$BASE'" ;;
+    esac
+    if [ -n "$CA_BUNDLE" ]; then
+        [ -r "$CA_BUNDLE" ] || die "CA_BUNDLE=$CA_BUNDLE cannot be read"
+        args+=(--secret "id=ca-bundle,src=$CA_BUNDLE")
+    fi
+    say "building $IMAGE with $ENGINE (the first build takes minutes: Horovod compiles)"
+    local start=$SECONDS
+    engine build "${BUILD_FLAGS[@]}" "${args[@]}" "$ROOT"
+    say "built $IMAGE in $((SECONDS - start)) s"
+}
+
+main "$@"
