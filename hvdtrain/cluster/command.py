@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from hvdtrain.cluster.faults import FORMAT, parse_faults
-from hvdtrain.cluster.requirements import check_all
+from hvdtrain.cluster.requirements import check_all, check_image
 from hvdtrain.cluster.topology import describe, host_names, plan_hosts
 from hvdtrain.errors import ConfigError
 
@@ -33,7 +33,14 @@ Everything lives in private network, mount and PID namespaces made for the run: 
 packet leaves them, no file outside changes (/etc/hosts and /etc/ssh are replaced by
 bind mounts only inside), and when COMMAND ends or is interrupted every process,
 namespace and mount of the run ends with it. Needs root (CAP_NET_ADMIN and
-CAP_SYS_ADMIN), ip and tc (iproute2), and sshd (openssh-server)."""
+CAP_SYS_ADMIN), ip and tc (iproute2), and sshd (openssh-server).
+
+With --image, every host runs that image instead of the machine's file system: a podman
+container in the host's network namespace, hostname hK, the image's own sshd on the
+image's port (2222 for hvdtrain's images) with the run's key in /root/.ssh, and each
+--volume folder at the same path. COMMAND then runs in h1's container, so the recipe of
+docker/README.md is rehearsed as it is (horovodrun -p 2222). The run's containers live
+in its own podman store on its private tmpfs, and go with it; images are only read."""
 
 EXAMPLE = f"""\
 examples:
@@ -49,7 +56,12 @@ examples:
 (* and ? allowed) exists, such as the job's first checkpoint or a file you touch;
 down/up take h3's NIC down or bring it back (restarting its sshd if it died), kill
 kills every process on h3, slow shapes its link to a new rate. The exit status is
-COMMAND's."""
+COMMAND's.
+
+  make image      # hvdtrain:cpu, from docker/Dockerfile.cpu
+  hvdtrain cluster --hosts 2 --image hvdtrain:cpu --volume $PWD/shared -- \
+      horovodrun -np 2 -H h1:1,h2:1 -p 2222 --gloo \
+      hvdtrain train --epochs 1 --out $PWD/shared/run"""
 
 
 def add_parser(commands) -> None:
@@ -67,21 +79,33 @@ def add_parser(commands) -> None:
     parser.add_argument("--nic-counters", default=None, metavar="FILE.json",
                         help="write the bytes each host's eth0 sent and received while "
                              "COMMAND ran")
+    parser.add_argument("--image", default=None, metavar="IMAGE",
+                        help="every host runs this image (podman), e.g. hvdtrain:cpu from "
+                             "`make image`; COMMAND runs in h1's container (default: the "
+                             "hosts share this machine's file system)")
+    parser.add_argument("--volume", action="append", default=[], metavar="DIR",
+                        help="with --image: bind this folder at the same path in every "
+                             "host's container, as docker run -v DIR:DIR (repeatable); put "
+                             "run folders there to keep them after the run")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                         help="what to run on h1")
     parser.set_defaults(handler=run)
 
 
-def make_spec(args: argparse.Namespace, tools: dict[str, str]) -> dict:
+def make_spec(args: argparse.Namespace, tools: dict[str, str], image: dict | None = None) -> dict:
     """Everything the supervisor inside the namespaces needs, as JSON-ready data."""
     command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
     if not command:
         raise ConfigError("hvdtrain cluster needs a command to run on h1, after --")
     hosts = plan_hosts(args.hosts, args.link_rate, args.host_rate)
     faults = parse_faults(args.fault, host_names(args.hosts))
+    if args.volume and not args.image:
+        raise ConfigError("--volume needs --image: without it the hosts share this machine's "
+                          f"file system already (got --volume {args.volume[0]})")
     return {"hosts": describe(hosts), "command": command, "tools": tools,
             "faults": [vars(f) for f in faults],
-            "nic_counters": os.path.abspath(args.nic_counters) if args.nic_counters else None}
+            "nic_counters": os.path.abspath(args.nic_counters) if args.nic_counters else None,
+            "image": image}
 
 
 def namespace_command(spec: dict) -> list[str]:
@@ -109,7 +133,8 @@ def _init_of(unshare_pid: int) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     make_spec(args, {"unshare": "unshare"})  # check the options before the machine
-    spec = make_spec(args, check_all())
+    tools = check_all()
+    spec = make_spec(args, tools, check_image(args.image, args.volume) if args.image else None)
     proc = subprocess.Popen(namespace_command(spec), preexec_fn=_die_with_parent)
 
     # unshare blocks SIGINT and SIGTERM while it waits, so they go to the run's PID 1,

@@ -17,7 +17,9 @@ import sys
 import time
 
 from hvdtrain.cluster import ssh
+from hvdtrain.cluster.containers import ImageSpec
 from hvdtrain.cluster.faults import Fault
+from hvdtrain.cluster.nodes import ContainerNodes, SshdNodes, sh
 from hvdtrain.cluster.topology import NIC, Host, hosts_file, network_commands, shape_command
 
 # A tmpfs over /run, private to the run: ip's named namespaces (/run/netns), sshd's
@@ -27,26 +29,19 @@ STATE = os.path.join(RUN, "hvdtrain-cluster")
 
 
 def _sh(argv: list[str]) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+    sh(argv)
 
 
 def _bind(source: str, target: str) -> None:
     _sh(["mount", "--bind", source, target])
 
 
-def on_host(name: str, argv: list[str]) -> list[str]:
-    """`argv` run on emulated host `name`: in its network namespace, with its hostname."""
-    return ["ip", "netns", "exec", name, "unshare", "--uts", "--",
-            "sh", "-c", 'hostname "$0" && exec "$@"', name, *argv]
-
-
 class EmulatedCluster:
-    def __init__(self, hosts: list[Host], tools: dict[str, str]):
+    def __init__(self, hosts: list[Host], tools: dict[str, str], image: dict | None = None):
         self.hosts = {host.name: host for host in hosts}
         self.tools = tools
-        self.sshd: dict[str, subprocess.Popen] = {}
+        self.nodes = (ContainerNodes(ImageSpec.from_dict(image), STATE) if image
+                      else SshdNodes(tools, STATE))
 
     def build(self) -> None:
         _sh(["mount", "-t", "tmpfs", "-o", "mode=755", "hvdtrain-cluster", RUN])
@@ -55,8 +50,8 @@ class EmulatedCluster:
         self._files()
         for argv in network_commands(list(self.hosts.values())):
             _sh(argv)
-        for name in self.hosts:
-            self.start_sshd(name)
+        for host in self.hosts.values():
+            self.nodes.start(host)
         self.wait_for_sshd()
 
     def _files(self) -> None:
@@ -74,20 +69,14 @@ class EmulatedCluster:
             empty = os.path.join(STATE, "empty-home-ssh")
             os.makedirs(empty, mode=0o700, exist_ok=True)
             _bind(empty, home_ssh)
-
-    def start_sshd(self, name: str) -> None:
-        log = open(os.path.join(STATE, f"sshd-{name}.log"), "ab")
-        command = on_host(name, ssh.sshd_command(self.tools["sshd"], self.hosts[name].address))
-        self.sshd[name] = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                           stderr=subprocess.STDOUT)
-        log.close()
+        self.nodes.prepare(hosts_path, ssh_folder)
 
     def listening(self, name: str) -> bool:
-        out = subprocess.run(["ip", "netns", "exec", name, "ss", "-Hltn", "sport", "=", ":22"],
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(["ip", "netns", "exec", name, "ss", "-Hltn", "sport", "=",
+                              f":{self.nodes.port}"], capture_output=True, text=True).stdout
         return bool(out.strip())
 
-    def wait_for_sshd(self, timeout: float = 20.0) -> None:
+    def wait_for_sshd(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         waiting = list(self.hosts)
         while waiting:
@@ -97,8 +86,10 @@ class EmulatedCluster:
                                    f"{timeout:g} s (see {STATE}/sshd-*.log)")
             time.sleep(0.1)
 
-    def popen(self, name: str, argv: list[str], **kwargs) -> subprocess.Popen:
-        return subprocess.Popen(on_host(name, argv), **kwargs)
+    def launch(self, name: str, argv: list[str]):
+        """The command on host `name`: a Popen, or for a container host a process that
+        takes send_signal and wait the same way."""
+        return self.nodes.launch(name, argv)
 
     def pids(self, name: str) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
@@ -118,8 +109,7 @@ class EmulatedCluster:
             _sh(["ip", "-n", host.name, "link", "set", NIC, "down"])
         elif fault.action == "up":
             _sh(["ip", "-n", host.name, "link", "set", NIC, "up"])
-            if self.sshd[host.name].poll() is not None:
-                self.start_sshd(host.name)
+            self.nodes.revive(host)
         elif fault.action == "kill":
             self.kill_host(host.name)
         elif fault.action == "slow":

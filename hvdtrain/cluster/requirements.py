@@ -5,10 +5,12 @@ Each missing piece is one line naming it and how to get it (a ConfigError).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 
+from hvdtrain.cluster.containers import ssh_port
 from hvdtrain.errors import ConfigError
 
 CAP_NET_ADMIN = 12
@@ -80,3 +82,49 @@ def check_all() -> dict[str, str]:
     tools = check_tools()
     check_namespaces(tools["unshare"])
     return tools
+
+
+PODMAN_HINT = "apt-get install podman, or `make image`, which installs it as root"
+
+
+def _podman_json(podman: str, *args: str) -> object | None:
+    result = subprocess.run([podman, *args, "--format", "json"], capture_output=True, text=True,
+                            timeout=60)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _find_podman() -> str:
+    podman = find_tool("podman")
+    if podman:
+        return podman
+    if find_tool("docker"):
+        raise ConfigError("hvdtrain cluster --image needs podman; docker's daemon keeps its "
+                          f"containers outside the run's namespaces, so a crash would leave them: {PODMAN_HINT}")
+    raise ConfigError(f"hvdtrain cluster --image needs podman, which is not installed: {PODMAN_HINT}")
+
+
+def _check_volumes(volumes: list[str]) -> tuple[str, ...]:
+    folders = tuple(os.path.abspath(v) for v in volumes)
+    for folder in folders:
+        if not os.path.isdir(folder):
+            raise ConfigError(f"--volume {folder}: no such folder")
+    return folders
+
+
+def check_image(image: str, volumes: list[str]) -> dict:
+    """What `--image` needs (podman, a runtime, the image in podman's store), as ImageSpec data."""
+    podman = _find_podman()
+    runtime = "crun" if find_tool("crun") else "runc" if find_tool("runc") else None
+    if runtime is None:
+        raise ConfigError("hvdtrain cluster --image needs crun or runc for podman: apt-get install crun")
+    inspected = _podman_json(podman, "image", "inspect", image)
+    if not inspected:
+        raise ConfigError(f"image {image} is not in podman's image store: build it with "
+                          "`make image` (or podman build -f docker/Dockerfile.cpu -t hvdtrain:cpu .)")
+    info = _podman_json(podman, "info") or {}
+    store = info.get("store", {})
+    return {"image": image, "port": ssh_port(inspected[0].get("Labels") or
+                                             inspected[0].get("Config", {}).get("Labels")),
+            "podman": podman, "runtime": runtime, "graph_root": store.get("graphRoot", ""),
+            "graph_driver": store.get("graphDriverName", "overlay"),
+            "volumes": list(_check_volumes(volumes))}

@@ -83,12 +83,13 @@ def supervise(spec: dict) -> int:
     """Build the cluster, run the command on h1 with faults on schedule, return its exit code."""
     hosts = [Host(h["name"], h["address"], h["rate_bits"]) for h in spec["hosts"]]
     faults = [Fault(**f) for f in spec["faults"]]
-    cluster = EmulatedCluster(hosts, spec["tools"])
+    cluster = EmulatedCluster(hosts, spec["tools"], spec.get("image"))
     cluster.build()
     before = _counters(cluster)
-    print(f"hvdtrain cluster: {len(hosts)} hosts up ({', '.join(h.name for h in hosts)}); "
+    image = f" running {spec['image']['image']}" if spec.get("image") else ""
+    print(f"hvdtrain cluster: {len(hosts)} hosts up ({', '.join(h.name for h in hosts)}){image}; "
           f"running on {LAUNCHER}: {' '.join(spec['command'])}", file=sys.stderr, flush=True)
-    command = cluster.popen(LAUNCHER, spec["command"])
+    command = cluster.launch(LAUNCHER, spec["command"])
     _forward_signals(command)
     timers = _schedule(cluster, faults, time.monotonic())
     done = threading.Event()
@@ -102,7 +103,7 @@ def supervise(spec: dict) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _forward_signals(command: subprocess.Popen) -> None:
+def _forward_signals(command) -> None:
     """SIGINT/SIGTERM/SIGHUP go to the command; if it has not ended GRACE_SECONDS later,
     this process exits, and with PID 1 everything in the namespaces ends."""
     def stop(signum, _frame):
