@@ -222,6 +222,7 @@ def test_the_exchange_clock_counts_the_wait_from_the_inputs_to_the_outputs():
     assert exchange_clock(model) is clock and exchange_clock(object()) is None
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     out = tmp_path / "bench"

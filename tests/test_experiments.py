@@ -181,6 +181,7 @@ def test_bad_sweep_options_exit_non_zero_before_any_run(argv, message, tmp_path,
     assert not (tmp_path / "sweep" / "runs").exists()
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset_dir):
     out = tmp_path / "sweep"

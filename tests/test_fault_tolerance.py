@@ -338,6 +338,7 @@ def _checkpoints(out):
     # Overlapped rounds every 2 steps; the one after each 4th step blocks for the checkpoint.
     ("--mode", "async", "--n-sync", "2"),
 ], ids=["sync", "async"])
+@pytest.mark.long
 def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path, idx_dataset_dir,
                                                                         mode):
     out = tmp_path / "run"
@@ -368,6 +369,7 @@ def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path
     assert [r["epoch"] for r in records] == [1, 2] and records[-1]["step"] == 48
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 def test_a_two_worker_checkpoint_resumes_on_one_worker_in_examples(tmp_path, idx_dataset_dir):
     out = tmp_path / "run"
@@ -473,6 +475,7 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_pa
                 assert np.all(np.isfinite(value)), (path, name)
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 def test_a_hung_worker_ends_the_job_within_the_step_timeout(tmp_path, idx_dataset_dir):
     out = tmp_path / "run"
@@ -582,6 +585,7 @@ def _finish(proc, timeout=240):
     # A round in flight when the worker dies; the round after each 5th step blocks to commit.
     ("--mode", "async", "--n-sync", "2"),
 ], ids=["sync", "async"])
+@pytest.mark.long
 def test_elastic_job_loses_a_worker_and_finishes_with_the_other(tmp_path, idx_dataset_dir, mode):
     # No --steps-per-epoch: the epoch is the 512-example training set, 32 steps for two
     # workers and 64 for one; the worker is lost somewhere in the second epoch.
@@ -605,6 +609,7 @@ def test_elastic_job_loses_a_worker_and_finishes_with_the_other(tmp_path, idx_da
     # stop matching, and the step timeout would end the job.
     (("--mode", "local", "--n-sync", "auto:8", "--step-timeout", "60"), 5),
 ], ids=["sync", "local-adaptive-period"])
+@pytest.mark.long
 def test_elastic_job_takes_in_a_worker_that_joins(tmp_path, idx_dataset_dir, extra, epochs):
     proc, hosts, out = _elastic_job(tmp_path, idx_dataset_dir, "localhost:1\n", 1,
                                     "--steps-per-epoch", "30", "--epochs", str(epochs), *extra)

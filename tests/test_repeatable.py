@@ -23,6 +23,7 @@ def _weights(path) -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 def test_deterministic_runs_repeat_bitwise_and_evaluations_change_nothing(tmp_path):
     data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=1200, test=300)
