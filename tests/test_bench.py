@@ -131,6 +131,10 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--hosts", "2", "--workers", "1,4"], "--workers 4 needs as many hosts, one worker each; "
                                            "got --hosts 2"),
     (["--hosts", "0"], "--hosts must be between 1 and 250, got 0"),
+    (["--hosts", "2", "--slots", "2", "--workers", "5"], "--workers 5 needs 3 hosts of --slots 2; "
+                                                          "got --hosts 2"),
+    (["--slots", "2"], "--slots 2 needs --hosts: it sets the workers per emulated host"),
+    (["--hosts", "2", "--slots", "0"], "--slots must be at least 1, got 0"),
     (["--hosts", "2", "--link-rate", "fast"], "--link-rate must be a rate in tc's units"),
 ])
 def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tmp_path):
@@ -335,3 +339,13 @@ def test_gradient_averaging_times_its_exchange_inside_the_step_and_only_while_it
         assert float(rank["averaging"]) > 0.0  # four allreduces of real gradients
         # Local steps (averaging off) take the cond's other branch: no time is added.
         assert float(rank["after_local"]) == float(rank["averaging"])
+
+
+@pytest.mark.parametrize("workers, slots, expected", [
+    (2, 1, "h1:1,h2:1"), (4, 2, "h1:2,h2:2"), (5, 2, "h1:2,h2:2,h3:1"), (1, 4, "h1:1")])
+def test_a_job_on_emulated_hosts_fills_each_hosts_slots_in_turn(workers, slots, expected):
+    from hvdtrain.benchmarks.launching import host_slots, on_emulated_hosts
+
+    assert host_slots(workers, slots) == expected
+    argv = on_emulated_hosts(workers, ["hvdtrain", "train"], 3, "100mbit", slots)
+    assert argv[argv.index("-H") + 1] == expected and argv[argv.index("-np") + 1] == str(workers)

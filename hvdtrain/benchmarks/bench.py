@@ -207,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
             results = json.load(fh)
         rows += results["rows"]
         host = results["machine"]
-    _report(rows, host, out, args.link_rate, topology(args.hosts, args.link_rate, args.hostfile))
+    where = topology(args.hosts, args.link_rate, args.hostfile, args.slots)
+    _report(rows, host, out, args.link_rate, where)
     return 0
 
 

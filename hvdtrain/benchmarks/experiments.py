@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     files.write_json(os.path.join(args.out, "sweep.json"),
                           {"base_config": base.to_dict(), "window": args.window,
                            "link_rate": args.link_rate,
-                           "topology": topology(args.hosts, args.link_rate, args.hostfile),
+                           "topology": topology(args.hosts, args.link_rate, args.hostfile, args.slots),
                            "warm_start_steps": args.warm_start_steps, "runs": rows})
     files.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
     targets = {row["target"] for row in rows if row["workers"] > 1 and row["target"] != ""}

@@ -24,16 +24,22 @@ def horovodrun_command(workers: int, command: list[str], hostfile: str | None = 
 
 
 def on_emulated_hosts(workers: int, command: list[str], hosts: int,
-                      link_rate: str | None = None) -> list[str]:
-    """`command` as a job of `workers` processes, one on each of the hosts h1..hK of an
-    emulated cluster of `hosts` (`hvdtrain cluster`: a NIC each, shaped to `link_rate`),
-    started over ssh as on a real cluster."""
+                      link_rate: str | None = None, slots: int = 1) -> list[str]:
+    """`command` as a job of `workers` processes on the hosts h1..hK of an emulated
+    cluster of `hosts` (`hvdtrain cluster`: a NIC each, shaped to `link_rate`), `slots`
+    to a host, h1's first, started over ssh as on a real cluster."""
     cluster = [tool("hvdtrain"), "cluster", "--hosts", str(hosts)]
     cluster += ["--link-rate", link_rate] if link_rate else []
-    slots = ",".join(f"h{k}:1" for k in range(1, workers + 1))
-    job = [tool("horovodrun"), "-np", str(workers), "-H", slots, "--gloo",
+    job = [tool("horovodrun"), "-np", str(workers), "-H", host_slots(workers, slots), "--gloo",
            "--network-interface", "eth0", *command]
     return [*cluster, "--", *job]
+
+
+def host_slots(workers: int, slots: int = 1) -> str:
+    """horovodrun's -H for `workers` filling hosts of `slots`: 5, 2 -> 'h1:2,h2:2,h3:1'."""
+    full, rest = divmod(workers, slots)
+    parts = [f"h{k}:{slots}" for k in range(1, full + 1)]
+    return ",".join(parts + ([f"h{full + 1}:{rest}"] if rest else []))
 
 
 def run_job(command: list[str], log_path: str | None = None) -> subprocess.CompletedProcess:

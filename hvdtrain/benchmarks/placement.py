@@ -4,6 +4,7 @@ slots of a --hostfile, or an emulated cluster of --hosts with a NIC per worker."
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 from hvdtrain.benchmarks.launching import horovodrun_command, on_emulated_hosts
@@ -17,6 +18,10 @@ def add_hosts_option(parser: argparse.ArgumentParser, what: str, more: str = "")
                              "cluster: root, sshd), one worker per host, each with its own NIC "
                              f"at --link-rate, launched over ssh{more} (default: all workers "
                              "on this machine)")
+    parser.add_argument("--slots", type=int, default=1, metavar="S",
+                        help="with --hosts: workers per emulated host, as GPUs per machine; a "
+                             "job fills h1's slots first, and a host's workers share its NIC "
+                             "(default: 1)")
 
 
 def check_where(args, workers: list[int] | None) -> list[int] | None:
@@ -24,7 +29,12 @@ def check_where(args, workers: list[int] | None) -> list[int] | None:
     the worker counts, --hosts' own by default."""
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise ConfigError(f"--hostfile not found: {args.hostfile}")
+    slots = getattr(args, "slots", 1)
+    if slots < 1:
+        raise ConfigError(f"--slots must be at least 1, got {slots}")
     if args.hosts is None:
+        if slots != 1:
+            raise ConfigError(f"--slots {slots} needs --hosts: it sets the workers per emulated host")
         check_link_options(args.link_rate, args.hostfile)
         return workers
     from hvdtrain.cluster.requirements import check_all
@@ -34,27 +44,35 @@ def check_where(args, workers: list[int] | None) -> list[int] | None:
         raise ConfigError(f"--hosts makes its own emulated hosts; it cannot also use --hostfile "
                           f"{args.hostfile}")
     plan_hosts(args.hosts, args.link_rate)  # a bad count or rate, in one line
-    workers = workers or [args.hosts]
-    if max(workers) > args.hosts:
-        raise ConfigError(f"--workers {max(workers)} needs as many hosts, one worker each; "
-                          f"got --hosts {args.hosts}")
+    workers = workers or [args.hosts * slots]
+    if max(workers) > args.hosts * slots:
+        if slots == 1:
+            raise ConfigError(f"--workers {max(workers)} needs as many hosts, one worker each; "
+                              f"got --hosts {args.hosts}")
+        raise ConfigError(f"--workers {max(workers)} needs {math.ceil(max(workers) / slots)} hosts "
+                          f"of --slots {slots}; got --hosts {args.hosts}")
     check_all()
     return workers
 
 
 def job_command(args, count: int, command: list[str]) -> list[str]:
     if args.hosts is not None:
-        return on_emulated_hosts(count, command, args.hosts, args.link_rate)
+        return on_emulated_hosts(count, command, args.hosts, args.link_rate,
+                                 getattr(args, "slots", 1))
     return over_link(horovodrun_command(count, command, args.hostfile), args.link_rate)
 
 
-def topology(hosts: int | None, link_rate: str | None, hostfile: str | None = None) -> dict:
+def topology(hosts: int | None, link_rate: str | None, hostfile: str | None = None,
+             slots: int = 1) -> dict:
     """Where the workers ran and which link each one's traffic crossed, for bench.json
-    and for predict --check: a NIC per worker, or one loopback that all of them share."""
+    and for predict --check: a NIC per host, or one loopback that all of them share.
+
+    With several slots a host, a ring in rank order still sends one worker's share
+    across each NIC (its other hops stay on the host), so a ring's hop per link is 1."""
     if hosts is not None:
         from hvdtrain.cluster.topology import describe, plan_hosts
 
-        return {"kind": "emulated-hosts", "workers_per_link": 1,
+        return {"kind": "emulated-hosts", "workers_per_link": 1, "slots": slots,
                 "hosts": describe(plan_hosts(hosts, link_rate))}
     if hostfile:
         return {"kind": "hostfile", "hostfile": os.path.abspath(hostfile)}
