@@ -456,10 +456,10 @@ def period_for(value: Any, workers: int, hosts: int = 1) -> int | AutoPeriod:
     return period.steps(workers, hosts) if isinstance(period, PerWorkerPeriod) else period
 
 
-def period_label(value: Any, workers: int) -> int | str:
-    """How tables name a period at `workers` workers: its steps (N/workers resolved), or
-    the word it was given (auto, auto:48)."""
-    period = period_for(value, workers)
+def period_label(value: Any, workers: int, hosts: int = 1) -> int | str:
+    """How tables name a period at `workers` workers on `hosts` hosts: its steps (N/workers
+    and N/hosts resolved), or the word it was given (auto, auto:48)."""
+    period = period_for(value, workers, hosts)
     return period if isinstance(period, int) else str(value)
 
 

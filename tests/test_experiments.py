@@ -40,6 +40,18 @@ def test_async_runs_join_the_grid_with_their_own_names():
     assert curve.label == "2 workers, async, n_sync 50"
 
 
+def test_hierarchical_runs_start_cold_count_hosts_and_train_with_the_flag():
+    runs = grid([4], [10, "40/hosts"], ["cold", "warm"], modes=("local", "hlocal"), slots=2)
+    # Flat local runs leave N/hosts out; hierarchical ones resolve it for 2 hosts of 2.
+    assert [(r.name, r.n_sync, r.start) for r in runs] == [
+        ("w4-n10-cold", 10, "cold"), ("w4-n10-warm", 10, "warm"),
+        ("w4-hlocal-n10-cold", 10, "cold"), ("w4-hlocal-n20-cold", 20, "cold")]
+    assert runs[3].train_options(500) == ["--mode", "local", "--n-sync", "20", "--hierarchical-sgd"]
+    hasync = grid([2], ["10/hosts"], ["cold"], modes=("hasync",))
+    assert [(r.name, r.n_sync) for r in hasync] == [("w2-hasync-n10-cold", 10)]  # one host
+    assert hasync[0].train_options(500)[:2] == ["--mode", "async"]
+
+
 def test_grid_runs_become_train_options():
     assert GridRun("w1", 1, None, "cold").train_options(500)[:2] == ["--mode", "sync"]
     assert GridRun("w2-n10-cold", 2, 10, "cold").train_options(500) == [

@@ -15,6 +15,7 @@ the one that stopped.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
 
@@ -32,6 +33,9 @@ from hvdtrain.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder
 
+# hlocal and hasync: hierarchical local SGD (--hierarchical-sgd), sync inside a host.
+HIERARCHICAL_OF = {"hlocal": "local", "hasync": "async"}
+SWEEP_MODES = (*MODES, *HIERARCHICAL_OF)
 # Set by the grid, or meaningless for a sweep.
 GRID_OPTIONS = {"mode", "n_sync", "warm_start_steps", "warm_start", "out", "resume", "elastic",
                 "elastic_commit_every"}
@@ -49,14 +53,16 @@ class GridRun:
     workers: int
     n_sync: int | str | None  # None: synchronous (one worker, or --modes sync)
     start: str
-    mode: str = "local"  # or async (rounds behind training)
+    mode: str = "local"  # or async (rounds behind training), hlocal, hasync (hierarchical)
 
     def train_options(self, warm_start_steps: int) -> list[str]:
         if self.n_sync is None:
             # The shared options may set an outer optimizer for the local runs.
             return ["--mode", "sync", *(option for name, default in refused_in("sync")
                                         for option in _option_at(name, default))]
-        options = ["--mode", self.mode, "--n-sync", str(self.n_sync)]
+        options = ["--mode", HIERARCHICAL_OF.get(self.mode, self.mode), "--n-sync", str(self.n_sync)]
+        if self.mode in HIERARCHICAL_OF:
+            options.append("--hierarchical-sgd")
         if self.start in WARM_START_OF:
             options += ["--warm-start-steps", str(warm_start_steps),
                         "--warm-start", WARM_START_OF[self.start]]
@@ -64,7 +70,10 @@ class GridRun:
 
 
 def grid(workers: list[int], n_syncs: list, starts: list[str],
-         modes: tuple[str, ...] = ("local",)) -> list[GridRun]:
+         modes: tuple[str, ...] = ("local",), slots: int | None = None) -> list[GridRun]:
+    """The runs, in order. Hierarchical runs start cold (a warm start does not work with
+    --hierarchical-sgd yet) and count hosts as `slots` workers each (None: one host);
+    N/hosts periods are theirs only."""
     runs = []
     for count in dict.fromkeys(workers):
         if count == 1:
@@ -73,14 +82,31 @@ def grid(workers: list[int], n_syncs: list, starts: list[str],
         if "sync" in modes:  # one synchronous run: it has no period and no local start
             runs.append(GridRun(f"w{count}-sync", count, None, "cold", "sync"))
         for mode in (m for m in dict.fromkeys(modes) if m != "sync"):
-            # Local runs keep the names of sweeps made before async existed.
-            tag = "" if mode == "local" else f"{mode}-"
-            for n_sync in periods_for(n_syncs, count):
-                for start in dict.fromkeys(starts):
-                    period = str(n_sync).replace(":", "")  # auto:48 -> auto48 in a name
-                    runs.append(GridRun(f"w{count}-{tag}n{period}-{start}", count, n_sync,
-                                        start, mode))
+            runs += _local_runs(count, n_syncs, starts, mode, slots)
     return runs
+
+
+def _local_runs(count: int, n_syncs: list, starts: list[str], mode: str,
+                slots: int | None) -> list[GridRun]:
+    hierarchical = mode in HIERARCHICAL_OF
+    hosts = math.ceil(count / slots) if hierarchical and slots else 1
+    if hierarchical:
+        starts = [s for s in starts if s == "cold"]
+    else:
+        n_syncs = [n for n in n_syncs if not _per_host(n)]
+    # Local runs keep the names of sweeps made before async existed.
+    tag = "" if mode == "local" else f"{mode}-"
+    runs = []
+    for n_sync in periods_for(n_syncs, count, hosts):
+        for start in dict.fromkeys(starts):
+            period = str(n_sync).replace(":", "")  # auto:48 -> auto48 in a name
+            runs.append(GridRun(f"w{count}-{tag}n{period}-{start}", count, n_sync, start, mode))
+    return runs
+
+
+def _per_host(n_sync) -> bool:
+    period = parse_n_sync(n_sync)
+    return getattr(period, "per", "") == "hosts"
 
 
 def add_parser(commands) -> None:
@@ -96,9 +122,10 @@ def add_parser(commands) -> None:
                              "(resolved per worker count; train's default is 40/workers), "
                              "or auto (auto:N), the adaptive period (default: 1,10,100,600)")
     parser.add_argument("--modes", default="local",
-                        help="any of sync (one synchronous run per worker count), local and "
-                             "async (rounds behind training), for more than one worker "
-                             "(default: local)")
+                        help="any of sync (one synchronous run per worker count), local, "
+                             "async (rounds behind training), hlocal and hasync (hierarchical: "
+                             "sync inside a host, cold starts only, N/hosts periods with "
+                             "--hosts and --slots), for more than one worker (default: local)")
     parser.add_argument("--target", type=float, default=None,
                         help="test accuracy to reach (0.88): the table gives the training "
                              "seconds, examples and bytes each run needed to first reach it "
@@ -155,8 +182,9 @@ def run(args: argparse.Namespace) -> int:
     base = load_config(args.config, {**overrides, "mode": "local"})
     starts = parse_choice_list(args.start, "--start", STARTS)
     workers = check_where(args, parse_int_list(args.workers, "--workers"))
-    runs = grid(workers, parse_period_list(args.n_sync),
-                starts, tuple(parse_choice_list(args.modes, "--modes", MODES)))
+    runs = grid(workers, parse_period_list(args.n_sync), starts,
+                tuple(parse_choice_list(args.modes, "--modes", SWEEP_MODES)),
+                args.slots if args.hosts is not None else None)
     if args.target is not None and not 0 < args.target <= 1:
         raise ConfigError(f"--target must be an accuracy in (0, 1], got {args.target}")
     if args.window <= 0:
@@ -209,10 +237,11 @@ def parse_period_list(text: str) -> list[int | str]:
     return [int(v) if v.isdigit() else v for v in values]
 
 
-def periods_for(n_syncs: list[int | str], workers: int) -> list[int | str]:
-    """The periods of one worker count's runs, each once: N/workers becomes its number of
-    steps, so '10,40/workers' at 4 workers is one run, named and trained as n_sync 10."""
-    return list(dict.fromkeys(period_label(n, workers) for n in n_syncs))
+def periods_for(n_syncs: list[int | str], workers: int, hosts: int = 1) -> list[int | str]:
+    """The periods of one worker count's runs, each once: N/workers (and N/hosts) becomes
+    its number of steps, so '10,40/workers' at 4 workers is one run, named and trained as
+    n_sync 10."""
+    return list(dict.fromkeys(period_label(n, workers, hosts) for n in n_syncs))
 
 
 def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:
