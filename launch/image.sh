@@ -12,6 +12,8 @@
 #                                            passes none). It is a build secret: it is
 #                                            never written to a layer of the image.
 #   ENGINE=podman|docker, IMAGE=NAME:TAG, DEBIAN_MIRROR=URL (for BASE=debootstrap)
+#   bash launch/image.sh engine              only make sure an engine (and for
+#                                            BASE=debootstrap, mmdebstrap) is there
 #
 # As root on Debian or Ubuntu, podman (and mmdebstrap for BASE=debootstrap) is installed
 # when neither engine runs, as `make setup` installs sshd. A second build with no
@@ -45,7 +47,8 @@ pick_engine() {
         if runs "$candidate"; then ENGINE=$candidate; return; fi
     done
     say "neither podman nor docker runs here; installing podman"
-    apt_install podman \
+    # runc as well: crun, which podman may bring alone, refuses hybrid cgroup hierarchies.
+    apt_install podman runc \
         || die "neither podman nor docker runs here: install one (as root on Debian or Ubuntu: apt-get install podman)"
     runs podman || die "podman was installed but 'podman info' fails"
     ENGINE=podman
@@ -85,8 +88,7 @@ make_base() {
         say "base $BASE_IMAGE already made"
         return
     fi
-    command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap \
-        || die "BASE=debootstrap needs mmdebstrap (as root on Debian or Ubuntu: apt-get install mmdebstrap)"
+    need_mmdebstrap
     local tar
     tar=$(mktemp --suffix=.tar)
     trap 'rm -f "$tar"' EXIT
@@ -99,8 +101,18 @@ make_base() {
     trap - EXIT
 }
 
+need_mmdebstrap() {
+    command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap \
+        || die "BASE=debootstrap needs mmdebstrap (as root on Debian or Ubuntu: apt-get install mmdebstrap)"
+}
+
 main() {
     pick_engine
+    if [ "${1:-}" = engine ]; then
+        if [ "$BASE" = debootstrap ]; then need_mmdebstrap; fi
+        say "$ENGINE runs here"
+        return
+    fi
     engine_flags
     local args=(-f "$ROOT/docker/Dockerfile.cpu" -t "$IMAGE")
     case "$BASE" in

@@ -249,6 +249,7 @@ def test_mpijob_manifest_runs_one_worker_per_gpu_with_valid_train_options():
 
 SHELL_SCRIPTS = ["launch/common.sh", "launch/local.sh", "launch/pin-gpu.sh",
                  "launch/slurm/train.sbatch", "launch/install.sh", "launch/check-gpu-build.sh",
+                 "launch/image.sh",
                  "docker/ssh-setup.sh",
                  "docker/start-sshd.sh"]
 
