@@ -29,7 +29,7 @@ test-long: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "long and not cluster and not image" $(PYTEST_ARGS)
 
 # Horovod jobs on an emulated cluster (hvdtrain cluster: root, namespaces, sshd); about
-# 5 to 8 minutes here (14 tests, 2 cores). CI runs it after `make test`; skipped, with the reason, without root.
+# 10 minutes here (15 tests, 2 cores). CI runs it after `make test-long`; skipped, with the reason, without root.
 test-cluster: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster $(PYTEST_ARGS)
 
