@@ -36,6 +36,19 @@ def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> bool:
     return predicate()
 
 
+def ended_after_event(proc: subprocess.Popen, event, wait: float, end: float) -> tuple[str, float]:
+    """Wait up to `wait` s for `event()` (the fault's trigger), then up to `end` s for the
+    job to end: its output, and the seconds from the event to its end."""
+    try:
+        assert _wait_for(event, wait, proc)
+        happened_at = time.monotonic()
+        output = proc.communicate(timeout=end)[0]
+        return output, time.monotonic() - happened_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _epochs(out) -> list[dict]:
     path = out / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -68,14 +81,8 @@ def test_a_crashed_host_stops_the_others_in_one_line_and_the_same_command_resume
     proc = subprocess.Popen([HVDTRAIN, "cluster", "--hosts", "3", "--link-rate", "1gbit",
                              "--fault", kill, "--", *job], env=_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        assert _wait_for(lambda: os.path.isdir(out / "checkpoints" / "step-000000006"), 300, proc)
-        killed_at = time.monotonic()
-        output = proc.communicate(timeout=120)[0]
-        ended_after = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    output, ended_after = ended_after_event(
+        proc, lambda: os.path.isdir(out / "checkpoints" / "step-000000006"), 300, 120)
     assert proc.returncode != 0 and not (out / "summary.json").exists(), output[-3000:]
     assert f"h3 kill (once {out}/checkpoints/step-* exists)" in output
     assert ended_after < STEP_TIMEOUT, output[-3000:]

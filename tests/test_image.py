@@ -23,6 +23,7 @@ import pytest
 
 from conftest import load_rank_files
 from test_cluster import HVDTRAIN, VENV_BIN, _cannot_make_a_cluster, listed_namespaces
+from test_cluster_faults import ended_after_event
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.environ.get("HVDTRAIN_TEST_IMAGE", "hvdtrain:cpu")
@@ -136,17 +137,8 @@ def test_a_killed_container_host_stops_the_job_in_one_line_and_the_same_command_
     kill = f"when={out}/checkpoints/step-* host=h2 action=kill"
     proc = subprocess.Popen(cluster(tmp_path, *job, extra=("--fault", kill)), env=_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 400
-        while not glob.glob(f"{out}/checkpoints/step-*") and proc.poll() is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        killed_at = time.monotonic()
-        output = proc.communicate(timeout=180)[0]
-        ended_after = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    output, ended_after = ended_after_event(
+        proc, lambda: bool(glob.glob(f"{out}/checkpoints/step-*")), 400, 180)
     assert proc.returncode != 0 and not (out / "summary.json").exists(), output[-3000:]
     assert "h2 kill (once" in output
     assert ended_after < STEP_TIMEOUT + 15, output[-3000:]
