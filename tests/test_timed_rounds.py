@@ -96,13 +96,16 @@ def test_what_timed_rounds_cannot_do_is_refused_in_one_line(overrides, message):
 def test_a_timed_runs_summary_records_its_period_in_seconds_and_no_step_period():
     from hvdtrain.training.summary import round_schedule
 
-    assert round_schedule(load_config(None, dict(mode="async", sync_seconds=5.0)), 4) == \
+    assert round_schedule(load_config(None, dict(mode="async", sync_seconds=5.0)), 4, 1) == \
         {"sync_seconds": 5.0}
-    assert round_schedule(load_config(None, dict(mode="local", n_sync=7)), 4) == {"n_sync": 7}
-    assert round_schedule(load_config(None, dict(mode="sync")), 4) == {"n_sync": 1}
+    assert round_schedule(load_config(None, dict(mode="local", n_sync=7)), 4, 1) == {"n_sync": 7}
+    assert round_schedule(load_config(None, dict(mode="sync")), 4, 1) == {"n_sync": 1}
     # The default period is a rule: the summary gives the steps it came to, and the rule.
-    assert round_schedule(load_config(None, dict(mode="local")).resolved(), 8) == \
+    assert round_schedule(load_config(None, dict(mode="local")).resolved(), 8, 1) == \
         {"n_sync": 5, "n_sync_rule": "40/workers"}
+    hierarchical = dict(mode="local", n_sync="40/hosts", hierarchical_sgd=True)
+    assert round_schedule(load_config(None, hierarchical).resolved(), 8, 4) == \
+        {"n_sync": 10, "n_sync_rule": "40/hosts"}
 
 
 def test_local_sgd_with_timed_rounds_needs_the_batch_size_and_the_epoch_length():

@@ -77,8 +77,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
         pin_worker(comm.local_rank(), comm.local_size())
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
     devices = configure_devices(cfg.model_parallel, comm.local_rank())
-    start = time.time()
-    cfg, plan = _run_folder_and_plan(cfg)
+    cfg, plan, start = _run_folder_and_plan(cfg, time.time())
     data = _training_data(cfg)
     # Checkpoints, logs and the final weights are written as training goes: a full disk
     # or a folder removed meanwhile is named in one line too.
@@ -123,15 +122,22 @@ def naming_a_lost_peer(run: Run) -> Iterator[None]:
         ) from None
 
 
-def _run_folder_and_plan(cfg: TrainConfig) -> tuple[TrainConfig, ResumePlan]:
+def _run_folder_and_plan(cfg: TrainConfig,
+                         start: float) -> tuple[TrainConfig, ResumePlan, float]:
+    """The run folder, the resume plan and the job's start time, all rank 0's.
+
+    The workers' processes start up to a second apart: timed from rank 0's start, every
+    worker's step times share one origin, so a log that merges them (StepLog with timed
+    rounds) stays in time order from one epoch's lines to the next.
+    """
     if cfg.elastic:
         # A worker that joins later runs `train` from the top while the others are inside
         # the elastic loop, so nothing before that loop may be a collective call.
-        return cfg, plan_resume(cfg) if comm.is_chief() else ResumePlan()
-    run_dir = comm.broadcast_object(
-        cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), name="run_dir")
+        return cfg, plan_resume(cfg) if comm.is_chief() else ResumePlan(), start
+    run_dir, start = comm.broadcast_object(
+        (cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), start), name="run_dir")
     cfg = replace(cfg, out=run_dir)
-    return cfg, on_chief(lambda: plan_resume(cfg), name="resume_plan")
+    return cfg, on_chief(lambda: plan_resume(cfg), name="resume_plan"), start
 
 
 def _training_data(cfg: TrainConfig) -> DataSource:

@@ -15,18 +15,18 @@ from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
 
 
-def round_schedule(cfg: TrainConfig, workers: int) -> dict[str, float | str]:
+def round_schedule(cfg: TrainConfig, workers: int, hosts: int) -> dict[str, float | str]:
     """When the workers' state was averaged: every `n_sync` steps (1 in sync mode, whose
     gradients are averaged every step) or every `sync_seconds` of wall time. A timed run
-    has no step period, so it records no `n_sync`. A period given as N/workers records
-    the steps it came to for `workers`, and the rule as `n_sync_rule`."""
+    has no step period, so it records no `n_sync`. A period given as N/workers (or N/hosts)
+    records the steps it came to for `workers` on `hosts`, and the rule as `n_sync_rule`."""
     if cfg.mode not in LOCAL_MODES:
         return {"n_sync": 1}
     if cfg.sync_seconds is not None:
         return {"sync_seconds": cfg.sync_seconds}
     period = parse_n_sync(cfg.n_sync)
     if isinstance(period, PerWorkerPeriod):
-        return {"n_sync": period.steps(workers, comm.host_group().hosts),
+        return {"n_sync": period.steps(workers, hosts),
                 "n_sync_rule": cfg.n_sync}
     return {"n_sync": cfg.n_sync}
 
@@ -83,7 +83,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "model_parallel": cfg.model_parallel,
         # Rank 0's cores: all the machine lends it, or its share with --pin-cores.
         "cores_per_worker": len(os.sched_getaffinity(0)),
-        **round_schedule(cfg, world.workers),
+        **round_schedule(cfg, world.workers, comm.host_group().hosts),
         **topology(cfg, model, progress),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
         "averaging_rounds": progress.averaging_rounds,
