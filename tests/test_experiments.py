@@ -40,6 +40,23 @@ def test_async_runs_join_the_grid_with_their_own_names():
     assert curve.label == "2 workers, async, n_sync 50"
 
 
+def _run_folder(path, config: dict, summary: dict):
+    path.mkdir()
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    (path / "summary.json").write_text(json.dumps(summary))
+    (path / "steps.jsonl").write_text(json.dumps({"step": 1, "wall_seconds": 0.1, "error": 0.9}) + "\n")
+    return str(path)
+
+
+def test_a_hierarchical_run_is_told_from_a_flat_one_of_its_period_in_the_plots(tmp_path):
+    flat = load_curve(_run_folder(tmp_path / "flat", {"mode": "local", "n_sync": 10}, {"workers": 8}))
+    hier = load_curve(_run_folder(tmp_path / "hier", {"mode": "local", "n_sync": "40/hosts",
+                                                      "hierarchical_sgd": True},
+                                  {"workers": 8, "hosts": 4}))
+    assert flat.label == "8 workers, n_sync 10"
+    assert hier.label == "8 workers, hierarchical, n_sync 10"  # 40/hosts on its 4 hosts
+
+
 def test_hierarchical_runs_start_cold_count_hosts_and_train_with_the_flag():
     runs = grid([4], [10, "40/hosts"], ["cold", "warm"], modes=("local", "hlocal"), slots=2)
     # Flat local runs leave N/hosts out; hierarchical ones resolve it for 2 hosts of 2.

@@ -47,6 +47,7 @@ class Curve:
     n_sync: int | str  # or "auto"
     warm_start_steps: int
     warm_start: str = "sync"
+    hierarchical: bool = False  # --hierarchical-sgd: a host's workers average every step
     step: list[int] = field(default_factory=list)
     wall_seconds: list[float] = field(default_factory=list)
     error: list[float] = field(default_factory=list)
@@ -64,7 +65,8 @@ class Curve:
             return "1 worker"
         what = {"local": f"n_sync {self.n_sync}", "async": f"async, n_sync {self.n_sync}"}.get(
             self.mode, "sync")
-        return f"{self.workers} workers, {what}"
+        # Flat and hierarchical runs of one period sit side by side in a sweep's plots.
+        return f"{self.workers} workers, {'hierarchical, ' if self.hierarchical else ''}{what}"
 
     @property
     def long_label(self) -> str:
@@ -82,16 +84,17 @@ def load_curve(run_dir: str) -> Curve:
     with open(config_path, encoding="utf-8") as fh:
         config = yaml.safe_load(fh) or {}
     summary_path = os.path.join(run_dir, run_folder.SUMMARY)
-    if os.path.isfile(summary_path):
-        workers = files.read_json(summary_path)["workers"]
-    else:  # a run still going, or stopped: the workers of its last epoch
-        workers = _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
+    summary = files.read_json(summary_path) if os.path.isfile(summary_path) else {}
+    # A run still going, or stopped, has no summary: the workers of its last epoch.
+    workers = summary.get("workers") or \
+        _last_record(os.path.join(run_dir, run_folder.METRICS)).get("workers", 1)
     local = config.get("mode") in LOCAL_MODES
-    period = period_label(config.get("n_sync") or 1, int(workers))  # sync runs save none: 1
+    # Sync runs save no period: 1. An N/hosts period needs the summary's host count.
+    period = period_label(config.get("n_sync") or 1, int(workers), int(summary.get("hosts", 1)))
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
                   config.get("mode", "sync"), period,
                   int(config.get("warm_start_steps", 0)) if local else 0,
-                  str(config.get("warm_start", "sync")))
+                  str(config.get("warm_start", "sync")), bool(config.get("hierarchical_sgd")))
     # An elastic job that lost a worker right after writing some steps runs them again:
     # the later record of a step wins.
     by_step: dict[int, tuple[float, float]] = {}
