@@ -43,8 +43,10 @@ class WorkerGroup:
 
 
 # The host groups registered with Horovod in this world (Horovod keeps process sets in a
-# registry of its own; this mirrors which of them is ours). Set by `init(host_groups=True)`.
+# registry of its own; this mirrors which of them is ours). Set by `init(host_groups=True)`,
+# and made again for every new set of workers after an elastic reset.
 _host_group: WorkerGroup | None = None
+_wants_host_groups = False
 
 
 def init(fuse_tensors: bool = True, host_groups: bool = False) -> None:
@@ -59,7 +61,8 @@ def init(fuse_tensors: bool = True, host_groups: bool = False) -> None:
     buffer: two identical runs then round differently, and the difference grows. Each
     group then travels as one flat tensor instead (`average`, `total`).
     """
-    global _worlds_started
+    global _worlds_started, _wants_host_groups
+    _wants_host_groups = _wants_host_groups or host_groups
     if not fuse_tensors:
         if hvd.is_initialized() and not fusion_is_off():
             raise ConfigError("--deterministic must start Horovod itself: this process "
@@ -298,9 +301,15 @@ def elastic_run(func):
             raise
 
     def reset():
-        global _worlds_started
+        global _worlds_started, _host_group
         hvd.shutdown()
-        hvd.init()
+        # Horovod forgets its process sets when it shuts down; the hosts may have changed
+        # too (one lost, one taken back), so their groups are made again, as a worker
+        # that joins makes them in `init`: both are collective calls, in the same order.
+        _host_group = None
+        hvd.init(process_sets="dynamic" if _wants_host_groups else None)
         _worlds_started += 1
+        if _wants_host_groups:
+            _make_host_groups()
 
     return run_fn(wrapper, reset)

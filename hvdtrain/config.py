@@ -388,7 +388,6 @@ def _check_hierarchical(cfg: "TrainConfig") -> None:
     if not cfg.hierarchical_sgd:
         return
     for problem, given in ((cfg.sync_seconds is not None, f"--sync-seconds {cfg.sync_seconds}"),
-                           (cfg.elastic, "--elastic"),
                            (cfg.warm_start_steps > 0,
                             f"--warm-start-steps {cfg.warm_start_steps}")):
         if problem:

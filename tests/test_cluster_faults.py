@@ -119,23 +119,63 @@ def test_a_crashed_host_stops_the_others_in_one_line_and_the_same_command_resume
 # out of the list by itself, and comes back into it with its NIC.
 DISCOVER = """#!/bin/bash
 for h in h1 h2 h3; do
-  timeout 1 bash -c "exec 3<>/dev/tcp/$h/22" 2>/dev/null && echo "$h:1"
+  timeout 1 bash -c "exec 3<>/dev/tcp/$h/22" 2>/dev/null && echo "$h:{slots}"
 done
 exit 0
 """
 
 
-def _elastic_job(tmp_path, data_dir, out, epochs: int) -> list[str]:
+def _elastic_job(tmp_path, data_dir, out, epochs: int, *extra: str, slots: int = 1) -> list[str]:
     discover = tmp_path / "discover.sh"
-    discover.write_text(DISCOVER)
+    discover.write_text(DISCOVER.replace("{slots}", str(slots)))
     discover.chmod(0o755)
     # A failed host is blacklisted for good unless a cool-down range is given: 1-2 s here.
-    return [HOROVODRUN, "-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+    return [HOROVODRUN, "-np", str(3 * slots), "--min-np", str(2 * slots),
+            "--max-np", str(3 * slots), "--host-discovery-script",
             str(discover), "--blacklist-cooldown-range", "1", "2", "--gloo",
             "--network-interface", "eth0", "--start-timeout", "60",
             HVDTRAIN, "train", "--elastic", "--model", "lenet", "--data-dir", data_dir,
             "--batch-size", "16", "--epochs", str(epochs), "--elastic-commit-every", "5",
-            "--no-validate", "--out", str(out)]
+            "--no-validate", "--out", str(out), *extra]
+
+
+def _h3_leaves_and_comes_back(tmp_path, data_dir, epochs: int, *extra: str,
+                              slots: int = 1) -> tuple[subprocess.Popen, str]:
+    """Run the elastic job on 3 hosts; pull h3's NIC after the first epoch line and plug
+    it back once the others train without it: the job, and its output."""
+    out, log = tmp_path / "run", tmp_path / "job.log"
+    down, up = tmp_path / "pull-h3", tmp_path / "plug-h3"
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(
+            [HVDTRAIN, "cluster", "--hosts", "3", "--link-rate", "10mbit",
+             "--fault", f"when={down} host=h3 action=down", "--fault", f"when={up} host=h3 action=up",
+             "--", *_elastic_job(tmp_path, data_dir, out, epochs, *extra, slots=slots)],
+            env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        assert _wait_for(lambda: len(_epochs(out)) >= 1, 300, proc), log.read_text()[-3000:]
+        down.touch()
+        assert _wait_for(lambda: f"training with {2 * slots} worker(s)" in log.read_text(),
+                         180, proc), log.read_text()[-3000:]
+        up.touch()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, log.read_text()
+
+
+def _assert_left_and_came_back(proc, output: str, out, epochs: int, slots: int) -> None:
+    from test_fault_tolerance import _assert_progress_in_examples
+
+    assert proc.returncode == 0, output[-4000:]
+    assert "h3 down (once" in output and "h3 up (once" in output
+    # Two hosts' workers from the last commit on, then three hosts' again, later.
+    phases = re.findall(r"training with (\d) worker\(s\) from step (\d+)", output)
+    assert [int(w) for w, _ in phases] == [3 * slots, 2 * slots, 3 * slots], output[-4000:]
+    assert 0 < int(phases[1][1]) < int(phases[2][1]), phases
+    assert _epochs(out)[-1]["workers"] == 3 * slots
+    _assert_progress_in_examples(out, epochs)  # every epoch once, in order
+    assert json.loads((out / "summary.json").read_text())["workers"] == 3 * slots
 
 
 def test_an_elastic_job_goes_on_without_a_host_that_left_the_network_and_takes_it_back(tmp_path):
@@ -146,38 +186,27 @@ def test_an_elastic_job_goes_on_without_a_host_that_left_the_network_and_takes_i
 
     10 Mbit/s links make a LeNet step last about 0.2 s of waiting on the network rather
     than of the machine's two busy cores, so the job outlasts h3's return."""
-    from test_fault_tolerance import _assert_progress_in_examples
-
     epochs = 30
     data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=240, test=64)
-    out, log = tmp_path / "run", tmp_path / "job.log"
-    down, up = tmp_path / "pull-h3", tmp_path / "plug-h3"
-    with open(log, "w") as log_file:
-        proc = subprocess.Popen(
-            [HVDTRAIN, "cluster", "--hosts", "3", "--link-rate", "10mbit",
-             "--fault", f"when={down} host=h3 action=down", "--fault", f"when={up} host=h3 action=up",
-             "--", *_elastic_job(tmp_path, data_dir, out, epochs)],
-            env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
-    try:
-        assert _wait_for(lambda: len(_epochs(out)) >= 1, 300, proc), log.read_text()[-3000:]
-        down.touch()
-        assert _wait_for(lambda: "training with 2 worker(s)" in log.read_text(), 180, proc), \
-            log.read_text()[-3000:]
-        up.touch()
-        proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    output = log.read_text()
-    assert proc.returncode == 0, output[-4000:]
-    assert "h3 down (once" in output and "h3 up (once" in output
-    # Two workers from the last commit on, then three again, later.
-    phases = re.findall(r"training with (\d) worker\(s\) from step (\d+)", output)
-    assert [int(w) for w, _ in phases] == [3, 2, 3], output[-4000:]
-    assert 0 < int(phases[1][1]) < int(phases[2][1]), phases
-    assert _epochs(out)[-1]["workers"] == 3
-    _assert_progress_in_examples(out, epochs)  # every epoch once, in order
-    assert json.loads((out / "summary.json").read_text())["workers"] == 3
+    proc, output = _h3_leaves_and_comes_back(tmp_path, data_dir, epochs)
+    _assert_left_and_came_back(proc, output, tmp_path / "run", epochs, slots=1)
+
+
+def test_a_hierarchical_elastic_job_loses_a_host_of_two_workers_and_takes_it_back(tmp_path):
+    """Hierarchical local SGD on 3 hosts × 2 slots: h3's NIC goes down after the first
+    epoch, so both its workers are lost at once. The 4 workers of h1 and h2 go on from the
+    last commit in a hierarchy of 2 hosts (Horovod's process sets made again after the
+    reset), and h3's pair is taken back in at a round (a commit). Every epoch is logged
+    once, and the summary's topology is the final one."""
+    epochs = 30
+    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=960, test=64)
+    proc, output = _h3_leaves_and_comes_back(
+        tmp_path, data_dir, epochs, "--mode", "local", "--hierarchical-sgd", "--n-sync", "5",
+        slots=2)
+    out = tmp_path / "run"
+    _assert_left_and_came_back(proc, output, out, epochs, slots=2)
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["hosts"], summary["workers_per_host"]) == (3, 2)
 
 
 # --- with rounds every T seconds, one host's link drops to a tenth: async hides it, local waits ---

@@ -20,12 +20,12 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.benchmarks.learning_curves import load_curve
-from hvdtrain.config import load_config, parse_interval
+from hvdtrain.config import LOCAL_MODES, load_config, parse_interval
 from hvdtrain.data import load_dataset
 from hvdtrain.errors import ConfigError
 from hvdtrain.training.callbacks import Checkpointer, CountProgress, ElasticCommit, StepLog
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.schedules import learning_rate_at, schedule_in_examples
+from hvdtrain.schedules import learning_rate_at, lr_scaling_workers, schedule_in_examples
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
 BIN = os.path.dirname(sys.executable)
@@ -515,7 +515,7 @@ def test_a_hung_worker_ends_the_job_within_the_step_timeout(tmp_path, idx_datase
 
 # --- elastic training: workers leave and join ---
 
-def _elastic_job(tmp_path, data_dir, hosts: str, np_: int, *extra: str):
+def _elastic_job(tmp_path, data_dir, hosts: str, np_: int, *extra: str, max_np: int = 2):
     hosts_file = tmp_path / "hosts.txt"
     hosts_file.write_text(hosts)
     discover = tmp_path / "discover.sh"
@@ -524,7 +524,7 @@ def _elastic_job(tmp_path, data_dir, hosts: str, np_: int, *extra: str):
     out = tmp_path / "run"
     # localhost and 127.0.0.1 are two hosts to Horovod; --network-interfaces lo spares the
     # NIC discovery that otherwise waits for two hosts.
-    command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "--min-np", "1", "--max-np", "2",
+    command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "--min-np", "1", "--max-np", str(max_np),
                "--host-discovery-script", str(discover), "--network-interfaces", "lo", "--gloo",
                os.path.join(BIN, "hvdtrain"), "train", "--elastic", "--out", str(out),
                "--data-dir", data_dir, "--model", "resnet20", "--batch-size", "8",
@@ -550,8 +550,12 @@ def _assert_progress_in_examples(out, epochs: int):
     for record in records:
         global_batch = cfg.batch_size * record["workers"]
         assert 0 <= record["examples"] - record["epoch"] * length < global_batch, record
+        # Hierarchical: the rule counts a host's workers (hosts of equal slots here).
+        counted = summary["workers_per_host"] if cfg.hierarchical_sgd else record["workers"]
         spec = schedule_in_examples(cfg.base_lr, cfg.batch_size, record["workers"],
-                                    cfg.warmup_epochs * length, epochs * length, cfg.lr_decay, 0, 0)
+                                    cfg.warmup_epochs * length, epochs * length, cfg.lr_decay, 0, 0,
+                                    lr_scaling_workers(counted, cfg.mode in LOCAL_MODES,
+                                                       cfg.local_lr_workers))
         # The rate logged is the one of the epoch's last step. Near a cosine's end the rate
         # is ~1e-6 and float32's rounding of it ~1e-10: hence an absolute floor too.
         last_step = (record["examples"] - global_batch) / global_batch
@@ -623,3 +627,28 @@ def test_elastic_job_takes_in_a_worker_that_joins(tmp_path, idx_dataset_dir, ext
         for key in ("averaging_rounds", "n_sync"):
             # Logged as the mean over the workers: whole only if all held the same.
             assert float(record.get(key, 0)).is_integer(), record
+
+
+@pytest.mark.multiprocess
+@pytest.mark.long
+def test_a_hierarchical_elastic_job_loses_a_host_and_finishes_on_the_other(tmp_path,
+                                                                           idx_dataset_dir):
+    """Two hosts of two workers (localhost and 127.0.0.1); both of 127.0.0.1's workers are
+    killed at once after the first epoch. The other host's pair goes on from the last
+    commit in a hierarchy of one host (its groups made again after the reset), and every
+    epoch is logged once."""
+    proc, hosts, out = _elastic_job(
+        tmp_path, idx_dataset_dir, "localhost:2\n127.0.0.1:2\n", 4, "--epochs", "3",
+        "--mode", "local", "--hierarchical-sgd", "--n-sync", "4", "--step-timeout", "60",
+        max_np=4)
+    try:
+        assert _wait_for(lambda: len(_epochs_done(out)) >= 1, 300, proc)
+        hosts.write_text("localhost:2\n")
+        for victim in [p for p in _workers_of(proc)
+                       if p.environ().get("HOROVOD_HOSTNAME") == "127.0.0.1"]:
+            victim.send_signal(signal.SIGKILL)
+    finally:
+        output = _finish(proc, timeout=400)
+    _assert_resized(proc, output, out, first_workers=4, last_workers=2, epochs=3)
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["hosts"], summary["workers_per_host"]) == (1, 2)

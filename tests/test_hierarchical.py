@@ -93,8 +93,6 @@ def test_the_default_period_counts_hosts_when_hierarchical(mode, n_sync):
     (dict(hierarchical_sgd=True), "--hierarchical-sgd needs --mode local or async"),
     (dict(mode="local", hierarchical_sgd=True, sync_seconds=2.0),
      "--hierarchical-sgd does not work with --sync-seconds 2.0 yet"),
-    (dict(mode="local", hierarchical_sgd=True, elastic=True, out="run"),
-     "--hierarchical-sgd does not work with --elastic yet"),
     (dict(mode="local", hierarchical_sgd=True, warm_start_steps=10),
      "--hierarchical-sgd does not work with --warm-start-steps 10 yet"),
     (dict(mode="local", n_sync="40/hosts"), "--n-sync 40/hosts counts hosts, which only --hierarchical-sgd"),
