@@ -114,7 +114,7 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
 
 @pytest.mark.parametrize("argv, message", [
     (["--modes", "sync,asgd"], "--modes takes a comma-separated list of sync, local, async, "
-                               "independent, horovod; got 'asgd'"),
+                               "independent, horovod, hlocal, hasync; got 'asgd'"),
     (["--slow-rank", "1"], "--slow-rank must be RANK:FACTOR with a factor of at least 1"),
     (["--slow-rank", "1:0.5"], "--slow-rank must be RANK:FACTOR with a factor of at least 1"),
     (["--slow-rank", "2:2", "--workers", "1,2"], "--slow-rank 2:2 names a rank the 1-worker job "
@@ -285,6 +285,27 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
     # LeNet's 61,706 weights: with their momentum in local mode; alone, at 2 bytes, in async.
     assert found["local"]["run"] == 2 * 61_706 * 4
     assert found["async_fp16"]["run"] == 61_706 * 2
+
+
+@pytest.mark.multiprocess
+def test_hierarchical_rows_send_only_rounds_across_hosts_and_gradients_inside_them(tmp_path):
+    """Two hostnames of two workers each (localhost and 127.0.0.1): a hierarchical local
+    row's bytes per step across hosts are its rounds' (the state over n_sync steps), and
+    its gradients, averaged every step, are counted inside a host."""
+    from conftest import horovodrun
+
+    out = tmp_path / "bench"
+    horovodrun("hvdtrain", "bench", "--modes", "local,hlocal", "--n-sync", "5", "--steps", "10",
+               "--warmup-steps", "2", "--window", "5", "--batch-size", "16", "--out", str(out),
+               np_=4, hosts="localhost:2,127.0.0.1:2", timeout=600)
+    rows = json.loads((out / "bench.json").read_text())["rows"]
+    assert [(r["label"], r["hierarchical"], r["hosts"]) for r in rows] == [
+        ("local, n_sync 5", False, None), ("hierarchical local, n_sync 5", True, 2)]
+    flat, hierarchical = rows
+    # LeNet's 61,706 weights and their momentum, every 5 steps, in both.
+    assert hierarchical["bytes_per_step"] == flat["bytes_per_step"] == 2 * 61_706 * 4 / 5
+    assert (flat["bytes_within_host_per_step"], hierarchical["bytes_within_host_per_step"]) == \
+        (0, 61_706 * 4)
 
 
 @pytest.mark.multiprocess

@@ -19,6 +19,9 @@ from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
 MODES = ("sync", *LOCAL_MODES, "independent", "horovod")
+# Hierarchical local SGD (--hierarchical-sgd): a host's workers average gradients every
+# step, the hosts' models meet every n_sync steps. Measured on hosts of several workers.
+HIERARCHICAL_OF = {"hlocal": "local", "hasync": "async"}
 
 CONFIG_OPTIONS = ("model", "batch_size", "seed", "xla", "mixed_precision", "fp16_allreduce")
 DEFAULT_SHAPES = {"lenet": "28x28x1", "resnet20": "32x32x3", "resnet32": "32x32x3",
@@ -64,7 +67,9 @@ def add_parser(commands) -> None:
                              "ResNets, 224x224x3 otherwise)")
     parser.add_argument("--modes", default="sync,local,independent",
                         help="comma-separated modes to measure, of: " + ", ".join(MODES) +
-                             " (default: sync,local,independent)")
+                             ", and hlocal, hasync: hierarchical local and async (sync inside "
+                             "a host; with --hosts and --slots or a hostfile of several slots) "
+                             "(default: sync,local,independent)")
     parser.add_argument("--n-sync", default="10,100",
                         help="local mode: steps between averagings, comma-separated; one setup "
                              "each (default: 10,100)")
@@ -162,11 +167,14 @@ def _setups(args, cfg) -> list[dict]:
     periods = parse_seconds_list(args.sync_seconds, "--sync-seconds") if args.sync_seconds else []
     bucket_specs = parse_bucket_list(args.bucket_mb)
     setups = []
-    for mode in dict.fromkeys(parse_choice_list(args.modes, "--modes", MODES)):
+    for name in dict.fromkeys(parse_choice_list(args.modes, "--modes",
+                                                (*MODES, *HIERARCHICAL_OF))):
+        mode, hierarchical = HIERARCHICAL_OF.get(name, name), name in HIERARCHICAL_OF
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode in LOCAL_MODES else [None]
         buckets = bucket_specs if mode == "sync" else [bucket_specs[0]]
-        setups += [dict(common, mode=mode, n_sync=n, bucket_mb=b) for n in n_syncs for b in buckets]
-        if mode in LOCAL_MODES:
+        setups += [dict(common, mode=mode, n_sync=n, bucket_mb=b, hierarchical=hierarchical)
+                   for n in n_syncs for b in buckets]
+        if mode in LOCAL_MODES and not hierarchical:  # timed rounds refuse the hierarchy
             setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t) for t in periods]
     return setups
 
@@ -220,7 +228,7 @@ def _measure_this_job(args, setups, workers) -> int:
     from hvdtrain import comm
     from hvdtrain.benchmarks.throughput import Setup, run_setups
 
-    comm.init()
+    comm.init(host_groups=any(setup.get("hierarchical", False) for setup in setups))
     if workers and workers != [comm.size()]:
         raise ConfigError(f"--workers {args.workers} under horovodrun, which started "
                           f"{comm.size()}; leave --workers out, or run bench without horovodrun")
@@ -235,7 +243,8 @@ def _measure_this_job(args, setups, workers) -> int:
 CSV_COLUMNS = ("model", "label", "mode", "n_sync", "sync_seconds", "workers", "batch_per_worker", "shape",
                "total_images_per_sec", "total_ci95", "per_worker_images_per_sec", "per_worker_ci95",
                "speedup", "efficiency", "step_seconds", "communication_share", "bytes_per_step",
-               "seconds_per_exchange", "round_share", "timed_steps", "repeats", "parameters")
+               "seconds_per_exchange", "round_share", "timed_steps", "repeats", "parameters",
+               "hierarchical", "hosts", "bytes_within_host_per_step")
 
 
 def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None,
@@ -269,12 +278,12 @@ def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None
 def format_table(rows: list[dict]) -> str:
     """Markdown: one line per (setup, workers)."""
     lines = ["| model | mode | workers | images/sec (total) | per worker | speed-up | "
-             "efficiency | comm. share | in rounds | MB/step |", "|" + "---|" * 10]
+             "efficiency | comm. share | in rounds | MB/step | in host MB/step |", "|" + "---|" * 11]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['label']} | {r['workers']} | {r['total_images_per_sec']:.1f} ± "
             f"{r['total_ci95']:.1f} | {r['per_worker_images_per_sec']:.1f} ± "
             f"{r['per_worker_ci95']:.1f} | {r['speedup']:.2f}× | {r['efficiency']:.0%} | "
             f"{r['communication_share']:.1%} | {r.get('round_share', 0.0):.1%} | "
-            f"{r['bytes_per_step'] / 1e6:.3f} |")
+            f"{r['bytes_per_step'] / 1e6:.3f} | {r.get('bytes_within_host_per_step', 0) / 1e6:.3f} |")
     return "\n".join(lines)

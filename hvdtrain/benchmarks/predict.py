@@ -65,8 +65,10 @@ def add_parser(commands) -> None:
 
 def step_triggered(bench: dict) -> dict:
     """The bench without its --sync-seconds rows: the model knows rounds every n_sync steps
-    only (how many steps a period holds depends on each worker's speed)."""
-    return dict(bench, rows=[r for r in bench["rows"] if r.get("sync_seconds") is None])
+    only (how many steps a period holds depends on each worker's speed). Nor does it know
+    hierarchical rows yet (two networks in one step), so those are left out too."""
+    return dict(bench, rows=[r for r in bench["rows"]
+                             if r.get("sync_seconds") is None and not r.get("hierarchical")])
 
 
 def independent_compute(bench: dict) -> float | None:

@@ -55,6 +55,7 @@ class Setup:
     slow_rank: int | None = None  # this worker's steps run slow_factor times slower
     slow_factor: float = 1.0
     sync_seconds: float | None = None  # local modes: rounds every T seconds, not n_sync steps
+    hierarchical: bool = False  # local modes: gradients averaged every step inside a host
 
     @property
     def label(self) -> str:
@@ -62,7 +63,8 @@ class Setup:
             return f"{self.mode}, every {self.sync_seconds:g} s"
         if self.mode == "sync" and self.bucket_mb != DEFAULT_BUCKET_MB:
             return f"sync, buckets {self.bucket_mb}"
-        return f"{self.mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else self.mode
+        mode = f"hierarchical {self.mode}" if self.hierarchical else self.mode
+        return f"{mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else mode
 
 
 def _train_config(setup: Setup, total_steps: int, out: str):
@@ -77,7 +79,8 @@ def _train_config(setup: Setup, total_steps: int, out: str):
         # Random labels: a small constant rate keeps every model finite.
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
-        fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb, out=out))
+        fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb,
+        hierarchical_sgd=setup.hierarchical, out=out))
 
 
 def _gradient_exchange(model: keras.Model, fp16: bool):
@@ -149,11 +152,23 @@ def measure(setup: Setup) -> dict:
         "seconds_per_exchange": seconds,
         "communication_share": communication_share(seconds, exchanges, exchange_steps,
                                                    rates["step_seconds"]),
+        # Across hosts in a hierarchical row: its rounds. Its gradients, averaged every step
+        # among a host's workers, stay inside the host.
         "bytes_per_step": exchanges * exchange_bytes / exchange_steps,
+        "bytes_within_host_per_step": _within_host_bytes(setup, summary, gradient_bytes),
+        "hosts": summary.get("hosts"),  # a hierarchical run's host groups
         "gradient_group_bytes": groups,
         # The workers' mean share of the timed steps spent in rounds: what they waited.
         "round_share": sum(row[0] for row in all_workers([timer.round_share])) / workers,
     }
+
+
+def _within_host_bytes(setup: Setup, summary: dict, gradient_bytes: int) -> int:
+    """A hierarchical row's gradients per step, averaged among its host's workers (none
+    on a host of one worker, or in a flat row)."""
+    if not setup.hierarchical or summary.get("workers_per_host", 1) < 2:
+        return 0
+    return gradient_bytes
 
 
 def _gradient_groups(variables, setup: Setup) -> list[int] | None:
@@ -206,7 +221,8 @@ def run_setups(setups: list[Setup], repeats: int = 1,
     """Measure each setup `repeats` times in this job, taking turns so that a slow spell
     of the machine hits every setup alike; (rows, machine) on every worker. `pin_cores`
     gives each worker its own share of the machine's cores (`hvdtrain.cpu_cores`)."""
-    comm.init()
+    # Host groups need Horovod started with them, before the first setup trains.
+    comm.init(host_groups=any(setup.hierarchical for setup in setups))
     cores = pin_worker(comm.local_rank(), comm.local_size()) if pin_cores else None
     measured: list[list[dict]] = [[] for _ in setups]
     for repeat in range(repeats):
