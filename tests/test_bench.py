@@ -288,6 +288,7 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # four workers: about a minute and a half here
 def test_hierarchical_rows_send_only_rounds_across_hosts_and_gradients_inside_them(tmp_path):
     """Two hostnames of two workers each (localhost and 127.0.0.1): a hierarchical local
     row's bytes per step across hosts are its rounds' (the state over n_sync steps), and

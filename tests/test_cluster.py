@@ -341,6 +341,15 @@ def test_each_mode_finishes_on_four_hosts_with_a_worker_each_and_ends_in_consens
     assert summary["workers"] == 4 and summary["mode"] == mode
 
 
+# With process sets made after start (hierarchical mode), Horovod's background loop
+# agrees on them among all workers every cycle (1 ms by default), idle or not, across the
+# NICs for as long as the job runs: measured here, 10.5 MB a host over a 16.7 s
+# hierarchical job, so the test's excess grew with the machine's load and failed it in a
+# CI rehearsal. With 10 ms cycles it carried 4.0 MB over 18.8 s. (A flat sync job sent the
+# same with either: 2.6 MB over its ring share.)
+QUIET_COORDINATION = ("--cycle-time-ms", "10")
+
+
 @needs_cluster
 @pytest.mark.slow
 @pytest.mark.multiprocess
@@ -348,10 +357,12 @@ def test_each_mode_finishes_on_four_hosts_with_a_worker_each_and_ends_in_consens
 def test_a_sync_jobs_gradients_really_cross_every_hosts_nic(tmp_path):
     """Ring allreduce: each of N hosts sends (and receives) 2(N-1)/N of the bytes it allreduced.
 
-    Measured: 1.036 to 1.061 times that over 100 LeNet steps on 4 hosts (24.7 MB
-    allreduced a worker). The excess is fixed, about 1.3 MB a host (ssh sessions,
-    rendezvous, rank 0's broadcast of the first weights), plus Ethernet, IP and TCP
-    headers, about 0.7% of 9000-byte frames. Tolerance: 1.00 to 1.10.
+    Measured: 1.036 to 1.071 times that over 100 LeNet steps on 4 hosts (24.7 MB
+    allreduced a worker), and 1.112 once in a CI rehearsal under load. The excess is
+    mostly fixed, 1.3 to 2.6 MB a host (ssh sessions, rendezvous, rank 0's broadcast of
+    the first weights, Horovod's coordination), plus Ethernet, IP and TCP headers, whose
+    share grows when a loaded machine sends smaller segments. Tolerance: 1.00 to 1.15;
+    gradients that did not cross would give about 0, and twice would give 2.
 
     The links are not shaped: a shaped link (tbf) drops what overflows its queue, and
     on a loaded machine the bursts grow, so TCP's retransmissions came on top (h1 sent
@@ -374,7 +385,7 @@ def test_a_sync_jobs_gradients_really_cross_every_hosts_nic(tmp_path):
     assert sorted(during) == ["h1", "h2", "h3", "h4"]
     for name, sent in during.items():
         for direction in ("tx_bytes", "rx_bytes"):
-            assert 1.0 <= sent[direction] / ring_bytes <= 1.10, (name, direction, sent, ring_bytes)
+            assert 1.0 <= sent[direction] / ring_bytes <= 1.15, (name, direction, sent, ring_bytes)
 
 
 @needs_cluster
@@ -391,7 +402,8 @@ def test_a_hierarchical_jobs_gradients_stay_on_the_host_and_only_its_rounds_cros
     weights and momentum). Measured on top of that: 2.9 to 3.9 MB a host with a single
     round in the same 120 steps (ssh, rendezvous, the first broadcast, and Horovod's
     coordination among all four workers, which with process sets sends more than the
-    flat sync test's 1.3 MB), and 4.8 to 5.7 MB with 24 rounds. Tolerance: from 1 to
+    flat sync test's), and 4.8 to 5.7 MB with 24 rounds, with 1 ms cycles; 4.0 MB with
+    the 10 ms cycles this test runs with (QUIET_COORDINATION). Tolerance: from 1 to
     1.15 times the rounds' share, plus 5 MB. Had the gradients crossed too, eth0 would
     have carried 44 MB more (1.5 times 120 steps of gradients), far outside it.
     """
@@ -404,7 +416,8 @@ def test_a_hierarchical_jobs_gradients_stay_on_the_host_and_only_its_rounds_cros
              "--mode", "local", "--hierarchical-sgd", "--n-sync", "5", "--out", str(tmp_path / "run")]
     # Unshaped, as above: no retransmitted bytes. Each host's two workers share its eth0.
     result = run_cluster(["--hosts", str(hosts), "--nic-counters", str(counters), "--",
-                          *horovodrun_over_ssh(workers, hostfile(tmp_path, hosts, slots), *train)])
+                          *horovodrun_over_ssh(workers, hostfile(tmp_path, hosts, slots),
+                                              *QUIET_COORDINATION, *train)])
     assert result.returncode == 0, result.stderr[-5000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (summary["hosts"], summary["workers_per_host"], summary["total_steps"]) == (2, 2, steps)
