@@ -301,15 +301,12 @@ def elastic_run(func):
             raise
 
     def reset():
-        global _worlds_started, _host_group
+        global _host_group
         hvd.shutdown()
-        # Horovod forgets its process sets when it shuts down; the hosts may have changed
-        # too (one lost, one taken back), so their groups are made again, as a worker
-        # that joins makes them in `init`: both are collective calls, in the same order.
+        # Horovod forgets its process sets when it shuts down, and the hosts may have
+        # changed (one lost, one taken back): start again as a worker that joins does, in
+        # `init`, so both make the host groups in the same collective calls.
         _host_group = None
-        hvd.init(process_sets="dynamic" if _wants_host_groups else None)
-        _worlds_started += 1
-        if _wants_host_groups:
-            _make_host_groups()
+        init(host_groups=_wants_host_groups)
 
     return run_fn(wrapper, reset)

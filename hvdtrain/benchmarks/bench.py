@@ -226,13 +226,14 @@ def _default_out(model: str) -> str:
 
 def _measure_this_job(args, setups, workers) -> int:
     from hvdtrain import comm
-    from hvdtrain.benchmarks.throughput import Setup, run_setups
+    from hvdtrain.benchmarks.throughput import Setup, run_setups, start_horovod
 
-    comm.init(host_groups=any(setup.get("hierarchical", False) for setup in setups))
+    measured = [Setup(**s) for s in setups]
+    start_horovod(measured)
     if workers and workers != [comm.size()]:
         raise ConfigError(f"--workers {args.workers} under horovodrun, which started "
                           f"{comm.size()}; leave --workers out, or run bench without horovodrun")
-    rows, host = run_setups([Setup(**s) for s in setups], args.repeats, args.pin_cores)
+    rows, host = run_setups(measured, args.repeats, args.pin_cores)
     if comm.is_chief():
         out = args.out or _default_out(setups[0]["model"])
         os.makedirs(out, exist_ok=True)

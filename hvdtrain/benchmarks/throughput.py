@@ -216,13 +216,18 @@ def machine() -> dict:
             "horovod": horovod.__version__}
 
 
+def start_horovod(setups: list[Setup]) -> None:
+    """Horovod for a job measuring `setups` (once; later calls change nothing). Host groups
+    need Horovod started with them, before the first setup trains."""
+    comm.init(host_groups=any(setup.hierarchical for setup in setups))
+
+
 def run_setups(setups: list[Setup], repeats: int = 1,
                pin_cores: bool = False) -> tuple[list[dict], dict]:
     """Measure each setup `repeats` times in this job, taking turns so that a slow spell
     of the machine hits every setup alike; (rows, machine) on every worker. `pin_cores`
     gives each worker its own share of the machine's cores (`hvdtrain.cpu_cores`)."""
-    # Host groups need Horovod started with them, before the first setup trains.
-    comm.init(host_groups=any(setup.hierarchical for setup in setups))
+    start_horovod(setups)
     cores = pin_worker(comm.local_rank(), comm.local_size()) if pin_cores else None
     measured: list[list[dict]] = [[] for _ in setups]
     for repeat in range(repeats):
