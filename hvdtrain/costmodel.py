@@ -40,7 +40,14 @@ A step of each mode, with t the compute time of one step (independent workers):
 - async (overlapped local SGD): the exchange runs behind the next n_sync steps, and a
   worker waits only for what they do not cover: t + max(0, E(state) − n_sync × t) / n_sync.
   On a machine where the allreduce and the training share the cores this is the bound
-  from below.
+  from below;
+- hierarchical local SGD and async on hosts of S workers (`Hierarchy`): a sync step
+  among the S workers of a host, over the host's own link (NVLink or PCIe; the loopback
+  on emulated hosts), then a round every n_sync steps as above. The round is one ring
+  over all N workers with each host's workers next to each other, so the hops between
+  hosts carry 2(N − 1)/N × B each, as in a flat round: what the hierarchy saves is the
+  rounds it needs no longer (its period follows the hosts), not bytes per round. An
+  async round hides behind the next period's whole steps, inner exchanges included.
 """
 
 from __future__ import annotations
@@ -58,6 +65,10 @@ class Link:
     workers_per_link: int = 1   # workers whose traffic shares the link
 
 
+# A host's own links next to a network (NVLink, a machine's loopback): only the floor counts.
+UNLIMITED = Link(math.inf, latency=0.0)
+
+
 @dataclass(frozen=True)
 class Workload:
     """One model's step, as measured: compute alone, and what each mode sends."""
@@ -73,6 +84,14 @@ class Workload:
     gradient_floor: float = 0.0  # seconds of one gradient exchange
     state_floor: float = 0.0     # seconds of one state exchange (a local-SGD round)
     sync_extra: float = 0.0      # seconds a sync step computes beyond an independent one
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Hosts of several workers that average gradients every step among themselves."""
+
+    workers_per_host: int
+    host_link: Link = UNLIMITED
 
 
 def ring_allreduce_seconds(payload_bytes: float, workers: int, link: Link) -> float:
@@ -105,29 +124,42 @@ def last_bucket(work: Workload) -> float:
     return min(work.bucket_bytes, work.gradient_bytes)
 
 
-def step_parts(work: Workload, mode: str, workers: int, link: Link,
-               n_sync: int = 1) -> tuple[float, float]:
-    """(seconds computing, seconds waiting for exchanges) of one step of `mode`."""
+def step_parts(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1,
+               hierarchy: Hierarchy | None = None) -> tuple[float, float]:
+    """(seconds computing, seconds waiting for exchanges) of one step of `mode`; with
+    `hierarchy`, of hierarchical local SGD (`mode` local or async)."""
     compute = work.compute_seconds
-    if mode == "independent" or (mode == "sync" and (workers <= 1 or work.gradient_bytes <= 0)):
+    if mode == "independent":
         return compute, 0.0
     if mode == "sync":
-        grads = work.gradient_bytes
-        exchange = exchange_seconds(grads, work.gradient_floor, workers, link)
-        last = last_bucket(work)
-        last_exchange = exchange_seconds(last, work.gradient_floor * last / grads, workers, link)
-        return (compute + work.sync_extra,
-                max(exchange - work.overlap * compute, last_exchange))
-    if mode in LOCAL_MODES:
-        exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link)
-        if mode == "async":
-            exchange = max(0.0, exchange - n_sync * compute)
-        return compute, exchange / n_sync
-    raise ValueError(f"unknown mode {mode!r}")
+        return _sync_parts(work, workers, link)
+    if mode not in LOCAL_MODES:
+        raise ValueError(f"unknown mode {mode!r}")
+    within = 0.0
+    if hierarchy is not None and hierarchy.workers_per_host > 1:
+        compute, within = _sync_parts(work, hierarchy.workers_per_host, hierarchy.host_link)
+    exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link)
+    if mode == "async":
+        exchange = max(0.0, exchange - n_sync * (compute + within))
+    return compute, within + exchange / n_sync
 
 
-def step_seconds(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1) -> float:
-    return sum(step_parts(work, mode, workers, link, n_sync))
+def _sync_parts(work: Workload, workers: int, link: Link) -> tuple[float, float]:
+    """A sync step's compute and wait: its gradient exchange among `workers` over `link`."""
+    compute = work.compute_seconds
+    grads = work.gradient_bytes
+    if workers <= 1 or grads <= 0:
+        return compute, 0.0
+    exchange = exchange_seconds(grads, work.gradient_floor, workers, link)
+    last = last_bucket(work)
+    last_exchange = exchange_seconds(last, work.gradient_floor * last / grads, workers, link)
+    return (compute + work.sync_extra,
+            max(exchange - work.overlap * compute, last_exchange))
+
+
+def step_seconds(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1,
+                 hierarchy: Hierarchy | None = None) -> float:
+    return sum(step_parts(work, mode, workers, link, n_sync, hierarchy))
 
 
 def sync_extra_seconds(work: Workload, measured_step: float, workers: int) -> float:
@@ -146,8 +178,9 @@ class Prediction:
     communication_share: float  # of a step spent waiting for allreduce
 
 
-def predict(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1) -> Prediction:
-    computing, waiting = step_parts(work, mode, workers, link, n_sync)
+def predict(work: Workload, mode: str, workers: int, link: Link, n_sync: int = 1,
+            hierarchy: Hierarchy | None = None) -> Prediction:
+    computing, waiting = step_parts(work, mode, workers, link, n_sync, hierarchy)
     seconds = computing + waiting
     return Prediction(workers * work.batch_per_worker / seconds, work.compute_seconds / seconds,
                       waiting / seconds)

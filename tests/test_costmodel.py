@@ -10,8 +10,8 @@ import pytest
 
 from hvdtrain.cli import main
 from hvdtrain.benchmarks.predict import workload
-from hvdtrain.costmodel import (Link, Workload, exchange_seconds, floor_of_whole_payload, predict,
-                                ring_allreduce_seconds, step_seconds)
+from hvdtrain.costmodel import (Hierarchy, Link, Workload, exchange_seconds, floor_of_whole_payload,
+                                predict, ring_allreduce_seconds, step_seconds)
 
 GBIT = 10**9
 
@@ -235,3 +235,79 @@ def test_each_local_mode_is_predicted_with_the_state_its_own_rounds_carried(tmp_
     async_wait = exchange_seconds(4e6, 0.4, 8, link) - 10 * 0.4
     assert async_wait > 0
     assert rows["async"]["images_per_sec"] == pytest.approx(8 * 32 / (0.4 + async_wait / 10))
+
+
+def test_a_hierarchical_step_is_a_sync_step_inside_the_host_and_a_round_every_n_sync():
+    work = Workload(compute_seconds=1.0, gradient_bytes=1e9, state_bytes=2e9, batch_per_worker=32)
+    network = Link(8e9, latency=0.0)  # a gigabyte per second between hosts
+    nvlink = Link(8e10, latency=0.0)
+    hosts = Hierarchy(workers_per_host=4, host_link=nvlink)
+    within = ring_allreduce_seconds(1e9, 4, nvlink)  # 0.15 s every step
+    round_ = ring_allreduce_seconds(2e9, 16, network)  # 3.75 s: a ring over all 16 workers
+    assert step_seconds(work, "local", 16, network, n_sync=10, hierarchy=hosts) == \
+        pytest.approx(1.0 + within + round_ / 10)
+    # Unlimited links inside a host cost only their floor: here none, so the flat step.
+    floorless = Hierarchy(workers_per_host=4)
+    assert step_seconds(work, "local", 16, network, 10, floorless) == \
+        pytest.approx(step_seconds(work, "local", 16, network, 10))
+    # One worker a host is flat local SGD.
+    assert step_seconds(work, "local", 16, network, 10, Hierarchy(1, nvlink)) == \
+        pytest.approx(step_seconds(work, "local", 16, network, 10))
+
+
+def test_hierarchical_async_hides_its_round_behind_the_periods_whole_steps():
+    work = Workload(compute_seconds=1.0, gradient_bytes=1e9, state_bytes=1e9, batch_per_worker=32)
+    hosts = Hierarchy(workers_per_host=2, host_link=Link(1.6e10, latency=0.0))  # 0.5 s a step
+    slower = Link(4e8, latency=0.0)  # a round over 4 workers: 30 s
+    # The 10 steps of a period last 15 s with their inner exchanges; 15 s of the round show.
+    assert step_seconds(work, "async", 4, slower, n_sync=10, hierarchy=hosts) == \
+        pytest.approx(1.5 + 15 / 10)
+    assert step_seconds(work, "local", 4, slower, n_sync=10, hierarchy=hosts) == \
+        pytest.approx(1.5 + 30 / 10)
+
+
+def _hierarchical_bench(tmp_path, compute=0.4):
+    """A bench on 2 emulated hosts x 2 slots at 100 Mbit/s with a hierarchical row."""
+    shaped = json.loads(open(_bench(tmp_path, "100mbit", compute=compute)).read())
+    local = next(r for r in shaped["rows"] if r["mode"] == "local")
+    shaped["rows"] = [dict(r, workers=4) for r in shaped["rows"]]
+    shaped["rows"].append(dict(local, workers=4, hierarchical=True, hosts=2, n_sync=20,
+                               label="hierarchical local, n_sync 20", step_seconds=0.5,
+                               total_images_per_sec=4 * 32 / 0.5, bytes_per_step=2e5))
+    shaped["topology"] = {"kind": "emulated-hosts", "workers_per_link": 1, "slots": 2,
+                          "hosts": [{"name": "h1"}, {"name": "h2"}]}
+    path = tmp_path / "hosts-2x2.json"
+    path.write_text(json.dumps(shaped))
+    return str(path)
+
+
+def test_predict_takes_hierarchical_rows_on_hosts_of_the_checked_benches_size(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["predict", _bench(tmp_path), "--check", _hierarchical_bench(tmp_path),
+                 "--workers", "2,4,8", "--link-rate", "1gbit", "--latency", "0",
+                 "--out", str(out)]) == 0
+    report = json.loads(out.joinpath("predict.json").read_text())
+    assert report["workers_per_host"] == 2
+    hierarchical = [r for r in report["rows"] if r["hierarchical"]]
+    # Two hosts of two at least: 2 workers is one host, not a hierarchy.
+    assert [(r["mode"], r["n_sync"], r["workers"]) for r in hierarchical] == \
+        [("local", 20, 4), ("local", 20, 8)]
+    link = Link(1e9, latency=0.0)
+    round_ = ring_allreduce_seconds(4e6, 8, link)  # the unlimited host link costs nothing
+    assert hierarchical[1]["images_per_sec"] == pytest.approx(8 * 32 / (0.4 + round_ / 20))
+    check = next(c for c in report["checks"] if c["label"].startswith("hierarchical"))
+    predicted = 4 * 32 / (0.4 + ring_allreduce_seconds(4e6, 4, Link(1e8, 0.0)) / 20)
+    assert check["predicted"] == pytest.approx(predicted)
+    assert check["error"] == pytest.approx(predicted / (4 * 32 / 0.5) - 1)
+    assert "| 1gbit | hierarchical local n_sync 20 | 8 |" in capsys.readouterr().out
+
+
+def test_predict_refuses_a_host_of_one_worker_and_a_bad_host_link_in_one_line(tmp_path, capsys):
+    assert main(["predict", _bench(tmp_path), "--workers-per-host", "1"]) != 0
+    assert main(["predict", _bench(tmp_path), "--host-link-rate", "fast"]) != 0
+    errors = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert errors == [
+        "hvdtrain: error: --workers-per-host must be at least 2 (one worker a host is flat "
+        "local SGD), got 1",
+        "hvdtrain: error: --host-link-rate must be 'none' or a rate in tc's units (100gbit, "
+        "10gbit), got 'fast'"]

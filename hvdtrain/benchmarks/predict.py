@@ -6,11 +6,18 @@ A bench over an unshaped link also gives the hosts' floor: how long an exchange 
 when the link was not the limit, and what a sync step computes beyond an independent
 one. `--check` holds the model against benches run over emulated links: it predicts
 each of their rows and prints measured against predicted.
+
+Hierarchical rows (`bench --modes hlocal,hasync`) are predicted as hosts of
+`--workers-per-host` workers that run a sync step among themselves over
+`--host-link-rate` (by default unlimited: the hosts' floor alone, as NVLink or a
+machine's loopback is next to a network) and a round across all workers every n_sync
+steps over `--link-rate`.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import asdict, replace
 from statistics import fmean
@@ -19,8 +26,8 @@ from typing import Callable
 from hvdtrain import files
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import LOCAL_MODES, parse_int_list
-from hvdtrain.costmodel import (Link, Workload, floor_of_whole_payload, predict,
-                                sync_extra_seconds)
+from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload, floor_of_whole_payload,
+                                predict, sync_extra_seconds)
 from hvdtrain.errors import ConfigError
 from hvdtrain.links import parse_rate
 
@@ -28,15 +35,17 @@ EXAMPLE = """\
 example:
   hvdtrain predict runs/bench/bench.json --workers 4,8,64,512 --link-rate 10gbit,25gbit,100gbit
   hvdtrain predict runs/bench/bench.json --check runs/bench-1gbit/bench.json
+  hvdtrain predict runs/bench/bench.json --workers 16,64 --workers-per-host 8 --link-rate 25gbit \\
+      --check runs/bench-2x2-100mbit/bench.json
 """
-COLUMNS = ("model", "mode", "n_sync", "workers", "link_rate", "images_per_sec", "efficiency",
-           "communication_share")
+COLUMNS = ("model", "mode", "n_sync", "hierarchical", "workers", "link_rate", "images_per_sec",
+           "efficiency", "communication_share")
 
 
 def add_parser(commands) -> None:
     parser = commands.add_parser(
         "predict", help="predict images/sec for other worker counts and links (cost model)",
-        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        description=__doc__,
         epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bench_json", help="bench.json of `hvdtrain bench` with an independent row")
     parser.add_argument("--workers", default="2,4,8,64,512", help="worker counts (default: 2,4,8,64,512)")
@@ -46,6 +55,15 @@ def add_parser(commands) -> None:
                         help="microseconds per allreduce message (default: 50)")
     parser.add_argument("--workers-per-link", type=int, default=1,
                         help="workers whose traffic shares one link (default: 1, a NIC each)")
+    parser.add_argument("--workers-per-host", type=int, default=None, metavar="S",
+                        help="workers per host for the hierarchical setups (hlocal, hasync); "
+                             "worker counts that S does not divide are skipped for them "
+                             "(default: the --check benches' own, workers / hosts of their "
+                             "hierarchical rows, else 8 as on an 8-GPU instance)")
+    parser.add_argument("--host-link-rate", default="none",
+                        help="rate of the links inside a host, in tc units, for the "
+                             "hierarchical setups' every-step exchange (default: none, "
+                             "unlimited: the hosts' floor alone)")
     parser.add_argument("--overlap", type=float, default=0.0,
                         help="share of a sync step that can hide gradient communication behind "
                              "back-propagation, a fitted parameter: no bench measures it "
@@ -65,10 +83,8 @@ def add_parser(commands) -> None:
 
 def step_triggered(bench: dict) -> dict:
     """The bench without its --sync-seconds rows: the model knows rounds every n_sync steps
-    only (how many steps a period holds depends on each worker's speed). Nor does it know
-    hierarchical rows yet (two networks in one step), so those are left out too."""
-    return dict(bench, rows=[r for r in bench["rows"]
-                             if r.get("sync_seconds") is None and not r.get("hierarchical")])
+    only (how many steps a period holds depends on each worker's speed)."""
+    return dict(bench, rows=[r for r in bench["rows"] if r.get("sync_seconds") is None])
 
 
 def independent_compute(bench: dict) -> float | None:
@@ -129,25 +145,40 @@ def _whole_payload_floor(row: dict) -> float:
     return floor_of_whole_payload(row["seconds_per_exchange"], row["workers"])
 
 
-def _setups(bench: dict) -> list[tuple[str, int]]:
-    """(mode, n_sync) of the bench's rows; the bare-Horovod reference counts as sync."""
-    found = {("sync" if r["mode"] == "horovod" else r["mode"], r["n_sync"] or 1): None
-             for r in bench["rows"]}
+def _setups(benches: list[dict]) -> list[tuple[str, int, bool]]:
+    """(mode, n_sync, hierarchical) of the benches' rows, in order and once each; the
+    bare-Horovod reference counts as sync."""
+    found = {("sync" if r["mode"] == "horovod" else r["mode"], r["n_sync"] or 1,
+              bool(r.get("hierarchical"))): None
+             for bench in benches for r in bench["rows"]}
     return list(found)
 
 
+def bench_workers_per_host(benches: list[dict]) -> int | None:
+    """Workers per host of the benches' hierarchical rows (workers / host groups)."""
+    return next((r["workers"] // r["hosts"] for bench in benches for r in bench["rows"]
+                 if r.get("hierarchical") and r.get("hosts")), None)
+
+
 def predictions(bench: dict, work_for: Callable[[str], Workload], workers: list[int],
-                rates: list[str], latency: float, per_link: int) -> list[dict]:
-    """Each of the bench's setups on each link and worker count; `work_for(mode)` is the
-    workload of a mode."""
+                rates: list[str], latency: float, per_link: int,
+                hierarchy: Hierarchy, setups: list[tuple[str, int, bool]]) -> list[dict]:
+    """Each setup on each link and worker count; `work_for(mode)` is the workload of a
+    mode. Hierarchical setups run on hosts of `hierarchy`, at the counts it divides into
+    two hosts or more."""
     rows = []
     for rate in rates:
         link = Link(parse_rate(rate), latency, per_link)
-        for mode, n_sync in _setups(bench):
+        for mode, n_sync, hierarchical in setups:
             for count in workers:
-                p = predict(work_for(mode), mode, count, link, n_sync)
+                size = hierarchy.workers_per_host
+                if hierarchical and (count % size or count < 2 * size):
+                    continue
+                p = predict(work_for(mode), mode, count, link, n_sync,
+                            hierarchy if hierarchical else None)
                 rows.append({"model": bench["rows"][0]["model"], "mode": mode, "n_sync": n_sync,
-                             "workers": count, "link_rate": rate, **vars(p)})
+                             "hierarchical": hierarchical, "workers": count, "link_rate": rate,
+                             **vars(p)})
     return rows
 
 
@@ -157,14 +188,17 @@ def workers_per_link(bench: dict, workers: int) -> int:
     return 1 if bench.get("topology", {}).get("kind") == "emulated-hosts" else workers
 
 
-def checks(work_for: Callable[[str], Workload], shaped: dict, latency: float) -> list[dict]:
+def checks(work_for: Callable[[str], Workload], shaped: dict, latency: float,
+           host_link: Link = UNLIMITED) -> list[dict]:
     """Each communicating row of a bench over an emulated link, measured and predicted.
 
     The compute comes from that bench's own independent rows: on a shared machine it
     drifts by ±15% between runs, and what is checked is the communication. The emulated
     loopback of `bench --link-rate` carries every worker's traffic, so all of them share
     its rate; on the emulated hosts of `bench --hosts` each worker has a NIC of its own,
-    as the model assumes of a cluster.
+    as the model assumes of a cluster (with several slots a host, a ring in rank order
+    still sends one worker's share across each NIC). Hierarchical rows are predicted on
+    hosts of their own workers / hosts, inside which `host_link` carries the gradients.
     """
     rate = shaped.get("link_rate")
     if not rate:
@@ -179,7 +213,9 @@ def checks(work_for: Callable[[str], Workload], shaped: dict, latency: float) ->
         if own_compute is not None:
             work = replace(work, compute_seconds=own_compute)
         link = Link(parse_rate(rate), latency, workers_per_link(shaped, row["workers"]))
-        p = predict(work, mode, row["workers"], link, row["n_sync"] or 1)
+        hierarchy = (Hierarchy(row["workers"] // row["hosts"], host_link)
+                     if row.get("hierarchical") and row.get("hosts") else None)
+        p = predict(work, mode, row["workers"], link, row["n_sync"] or 1, hierarchy)
         measured = row["total_images_per_sec"]
         out.append({"link_rate": rate, "label": row["label"], "workers": row["workers"],
                     "measured": measured, "measured_ci95": row["total_ci95"],
@@ -188,12 +224,9 @@ def checks(work_for: Callable[[str], Workload], shaped: dict, latency: float) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.bench_json):
-        raise ConfigError(f"bench file not found: {args.bench_json}")
-    if args.latency < 0 or args.workers_per_link <= 0 or not 0 <= args.overlap <= 1:
-        raise ConfigError(f"--latency must be >= 0, --workers-per-link > 0 and --overlap in [0, 1]; "
-                          f"got {args.latency}, {args.workers_per_link} and {args.overlap}")
+    _check_numbers(args)
     bench = step_triggered(files.read_json(args.bench_json))
+    shaped = [step_triggered(files.read_json(path)) for path in args.check]
     work = workload(bench, args.overlap, floor=not args.no_floor)
 
     def work_for(mode: str) -> Workload:
@@ -202,15 +235,19 @@ def run(args: argparse.Namespace) -> int:
     rates = [r.strip() for r in args.link_rate.split(",")]
     for rate in rates:
         parse_rate(rate)
+    latency = args.latency * 1e-6
+    host_link = Link(host_link_bits(args.host_link_rate), latency)
+    hierarchy = Hierarchy(args.workers_per_host or bench_workers_per_host(shaped) or 8, host_link)
     rows = predictions(bench, work_for, parse_int_list(args.workers, "--workers"), rates,
-                       args.latency * 1e-6, args.workers_per_link)
-    checked = [c for path in args.check
-               for c in checks(work_for, step_triggered(files.read_json(path)), args.latency * 1e-6)]
+                       latency, args.workers_per_link, hierarchy, _setups([bench, *shaped]))
+    checked = [c for other in shaped for c in checks(work_for, other, latency, host_link)]
     out = args.out or os.path.dirname(os.path.abspath(args.bench_json))
     os.makedirs(out, exist_ok=True)
     files.write_json(os.path.join(out, "predict.json"), {
         "bench": args.bench_json, "workload": asdict(work), "latency_us": args.latency,
-        "workers_per_link": args.workers_per_link, "rows": rows, "checks": checked})
+        "workers_per_link": args.workers_per_link, "workers_per_host": hierarchy.workers_per_host,
+        "host_link_rate": args.host_link_rate,
+        "rows": rows, "checks": checked})
     files.write_csv(os.path.join(out, "predict.csv"), rows, COLUMNS)
     _plot(rows, os.path.join(out, "predict.png"))
     print(format_tables(rows, checked))
@@ -218,11 +255,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    for path in [args.bench_json, *args.check]:
+        if not os.path.isfile(path):
+            raise ConfigError(f"bench file not found: {path}")
+    if args.latency < 0 or args.workers_per_link <= 0 or not 0 <= args.overlap <= 1:
+        raise ConfigError(f"--latency must be >= 0, --workers-per-link > 0 and --overlap in [0, 1]; "
+                          f"got {args.latency}, {args.workers_per_link} and {args.overlap}")
+    if args.workers_per_host is not None and args.workers_per_host < 2:
+        raise ConfigError(f"--workers-per-host must be at least 2 (one worker a host is flat "
+                          f"local SGD), got {args.workers_per_host}")
+
+
+def host_link_bits(text: str) -> float:
+    """--host-link-rate in bits per second; 'none' is unlimited."""
+    if text.strip().lower() == "none":
+        return math.inf
+    try:
+        return parse_rate(text)
+    except ConfigError:
+        raise ConfigError(f"--host-link-rate must be 'none' or a rate in tc's units (100gbit, "
+                          f"10gbit), got {text!r}") from None
+
+
 def format_tables(rows: list[dict], checked: list[dict]) -> str:
     lines = ["| link | mode | workers | images/sec | efficiency | comm. share |", "|" + "---|" * 6]
     for r in rows:
-        mode = r["mode"] + (f" n_sync {r['n_sync']}" if r["mode"] in LOCAL_MODES else "")
-        lines.append(f"| {r['link_rate']} | {mode} | {r['workers']} | {r['images_per_sec']:.1f} | "
+        lines.append(f"| {r['link_rate']} | {setup_label(r)} | {r['workers']} | "
+                     f"{r['images_per_sec']:.1f} | "
                      f"{r['efficiency']:.0%} | {r['communication_share']:.0%} |")
     if checked:
         lines += ["", "| link | setup | workers | measured | predicted | error |", "|" + "---|" * 6]
@@ -232,6 +292,12 @@ def format_tables(rows: list[dict], checked: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def setup_label(row: dict) -> str:
+    """'sync', 'local n_sync 10', 'hierarchical async n_sync 20'."""
+    mode = row["mode"] + (f" n_sync {row['n_sync']}" if row["mode"] in LOCAL_MODES else "")
+    return ("hierarchical " if row.get("hierarchical") else "") + mode
+
+
 def _plot(rows: list[dict], path: str) -> None:
     import matplotlib
 
@@ -239,11 +305,10 @@ def _plot(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    lines: dict[tuple, list[dict]] = {}
+    lines: dict[str, list[dict]] = {}
     for r in rows:
-        lines.setdefault((r["link_rate"], r["mode"], r["n_sync"]), []).append(r)
-    for (rate, mode, n_sync), points in lines.items():
-        label = f"{mode}{f' n_sync {n_sync}' if mode in LOCAL_MODES else ''}, {rate}"
+        lines.setdefault(f"{setup_label(r)}, {r['link_rate']}", []).append(r)
+    for label, points in lines.items():
         ax.plot([p["workers"] for p in points], [p["images_per_sec"] for p in points],
                 marker="o", label=label)
     ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="images/sec (all workers)",
