@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.hvdtrain-installed
 WORKERS ?= 2
 EPOCHS ?= 2
-VERBOSE ?= 0
+VERBOSE ?= $(HVDTRAIN_VERBOSE)
 
 .PHONY: setup demo test test-long test-fast test-cluster image test-image check-gpu-build clean
 

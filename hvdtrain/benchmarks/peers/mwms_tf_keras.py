@@ -47,7 +47,7 @@ def launch(args: argparse.Namespace) -> int:
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(args.workers)]}
     procs = []
     for index in range(args.workers):
-        env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
+        env = dict(os.environ, TF_USE_LEGACY_KERAS="1",
                    TF_CONFIG=json.dumps({"cluster": cluster,
                                          "task": {"type": "worker", "index": index}}))
         command = [sys.executable, "-m", __spec__.name, "--worker",
@@ -74,8 +74,18 @@ def lenet5(keras):
         layers.Dense(84, activation="relu"), layers.Dense(10)])
 
 
+def timed_steps(step_ends: list[float], steps_per_epoch: int) -> list[float]:
+    """Each step's seconds (end to end) but every epoch's first, which holds tracing
+    and the collectives' set-up: the window hvdtrain's throughput meter times."""
+    return [later - earlier for step, (earlier, later) in
+            enumerate(zip(step_ends, step_ends[1:]), start=1) if step % steps_per_epoch != 0]
+
+
 def train(args: argparse.Namespace) -> int:
     """One worker: its part of MultiWorkerMirroredStrategy's model.fit, timed per step."""
+    from hvdtrain import quiet
+
+    quiet.quiet_startup()  # TensorFlow's start-up notices off, as in hvdtrain's workers
     import tensorflow as tf
     import tf_keras as keras
 
@@ -113,9 +123,7 @@ def train(args: argparse.Namespace) -> int:
     clock = StepClock()
     history = model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps,
                         callbacks=[clock], verbose=0)
-    # Every epoch's first step left out, as hvdtrain's throughput meter does.
-    timed = [later - earlier for index, (earlier, later) in
-             enumerate(zip(clock.ends, clock.ends[1:]), start=1) if index % steps != 0]
+    timed = timed_steps(clock.ends, steps)
     print(json.dumps({
         "peer": "MultiWorkerMirroredStrategy, tf_keras " + keras.__version__,
         "tensorflow": tf.__version__, "workers": workers, "batch_size": args.batch_size,
