@@ -9,7 +9,9 @@ because they are written while the libraries load, before TensorFlow reads it. S
 `quiet_startup` installs an import hook: the first `import tensorflow` of the process
 (directly, or through keras or horovod.tensorflow) runs with file descriptor 2 caught
 in a temporary file, and when it returns every line but those notices is written back
-to stderr, in order. After the import, TF_CPP_MIN_LOG_LEVEL=1 (only if unset) keeps
+to stderr, in order (a Python exception on the way is written back too; only a crash of
+the process inside the import, a segfault, would lose those lines: --verbose shows them).
+After the import, TF_CPP_MIN_LOG_LEVEL=1 (only if unset) keeps
 TensorFlow's later INFO lines off and its warnings and errors on.
 
 What stays: every C++ warning, error and fatal line, every Python warning and
