@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hvdtrain import __version__
+from hvdtrain import __version__, quiet
 from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves, predict
 from hvdtrain.cluster import command as cluster
 from hvdtrain.config import TrainConfig, load_config
@@ -24,6 +24,9 @@ config.yaml in the run folder, which also gets metrics.jsonl, summary.json,
 tensorboard/, checkpoints/ and model.weights.h5. Only rank 0 writes them.
 """
 
+
+VERBOSE_HELP = ("keep TensorFlow's and absl's start-up notices (hidden by default; "
+                "HVDTRAIN_VERBOSE=1 does the same)")
 
 # The TrainConfig fields `hvdtrain data bench` takes.
 BENCH_OPTIONS = ("dataset", "data_dir", "batch_size", "image_size", "synthetic_shape", "seed")
@@ -48,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train Keras image classifiers across many workers with Horovod: "
                     "synchronous data parallelism or local SGD.")
     parser.add_argument("--version", action="version", version=f"hvdtrain {__version__}")
+    parser.add_argument("--verbose", action="store_true", default=False, help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     train = commands.add_parser(
@@ -95,7 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     learning_curves.add_parser(commands)
     predict.add_parser(commands)
     cluster.add_parser(commands)
+    _accept_verbose_after_the_command(commands)
     return parser
+
+
+def _accept_verbose_after_the_command(commands) -> None:
+    """`hvdtrain train --verbose` as well as `hvdtrain --verbose train`, at every level.
+
+    SUPPRESS as the default keeps a subcommand that was not given --verbose from
+    overwriting the top-level flag's value.
+    """
+    for sub in commands.choices.values():
+        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                         help=VERBOSE_HELP)
+        for action in sub._actions:  # `hvdtrain data bench --verbose` too
+            if isinstance(action, argparse._SubParsersAction):
+                _accept_verbose_after_the_command(action)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -149,6 +168,8 @@ def _data_bench(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Before anything imports TensorFlow: its start-up notices are written as it loads.
+    quiet.quiet_startup(verbose=args.verbose)
     if args.command is None:
         parser.print_help()
         return 2

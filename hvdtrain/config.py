@@ -29,7 +29,8 @@ LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 WARM_STARTS = ("sync", "single")
 # --n-sync auto: AdaComm's rule (hvdtrain.averaging.adacomm_period) from this first period
-# down to this minimum; "auto:N" starts from N. Why these values: README, "--n-sync auto".
+# down to this minimum; "auto:N" starts from N. Why these values: docs/choosing-a-mode.md,
+# and the first time-to-accuracy measurements in docs/benchmarks/history.md.
 AUTO_INITIAL_PERIOD = 32
 AUTO_MIN_PERIOD = 2
 # Local and async defaults chosen from time-to-accuracy runs at 2, 4 and 8 workers

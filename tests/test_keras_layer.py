@@ -12,12 +12,13 @@ ROOT = os.path.dirname(HERE)
 pytestmark = pytest.mark.multiprocess
 
 
-def readme_example(marker: str = "readme-example") -> str:
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+def readme_example(marker: str = "readme-example", page: str = "README.md") -> str:
+    """A marked example as printed: the README's script, or a guide's continuation of it."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as fh:
         text = fh.read()
     block = re.search(rf"<!-- {marker}: begin -->\n```python\n(.*?)```\n"
                       rf"<!-- {marker}: end -->", text, re.S)
-    assert block, f"README.md lost its marked model.fit example ({marker})"
+    assert block, f"{page} lost its marked model.fit example ({marker})"
     return block.group(1)
 
 
@@ -44,7 +45,8 @@ def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
 
 def test_readme_timed_rounds_example_ends_each_fit_in_consensus_at_the_same_round(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(readme_example() + readme_example("readme-example-timed") + (
+    script.write_text(readme_example() + readme_example("readme-example-timed",
+                                                           "docs/keras-layer.md") + (
         "np.savez(f'final-rank{hk.rank()}.npz', weights=np.concatenate(\n"
         "    [w.numpy().ravel() for w in model.weights]), rounds=timed.rounds,\n"
         "    examples=timed.progress.examples, steps=timed.progress.steps_by_worker(2))\n"))

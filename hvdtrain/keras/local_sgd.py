@@ -20,7 +20,7 @@ n_fetch = n_push = n_sync). Use it with any `model.fit`:
 
 What is averaged: trainable weights always; BatchNorm moving statistics by default
 (workers' statistics drift apart like their weights do, and the consensus model
-needs both); optimizer slots only when asked (see README, "What local SGD
+needs both); optimizer slots only when asked (see docs/training-modes.md, "What local SGD
 averages", for the measurement behind that default).
 """
 

@@ -46,7 +46,7 @@ def momentum(model) -> np.ndarray:
 
 def local_with_loss_scaling(rank, results_dir):
     """LocalSGD with a warm start, gradient averaging wrapped around a LossScaleOptimizer
-    (as the README says to wrap it), and two fits in a row."""
+    (as docs/keras-layer.md says to wrap it), and two fits in a row."""
     keras.utils.set_random_seed(20 + rank)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
     optimizer = hk.with_gradient_averaging(

@@ -1,0 +1,95 @@
+"""Quiet start-up (hvdtrain/quiet.py): what it sets, what it leaves, what it drops."""
+
+import os
+import subprocess
+import sys
+
+from hvdtrain import quiet
+from hvdtrain.cli import build_parser
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# What TensorFlow 2.21 printed at `import tensorflow` here, with a real warning between.
+STARTUP = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    "I0000 00:00:1795610010.915993    6588 port.cc:153] oneDNN custom operations are on. "
+    "You may see slightly different numerical results.\n"
+    "I0000 00:00:1795609963.113034    6490 cpu_feature_guard.cc:227] This TensorFlow binary "
+    "is optimized to use available CPU instructions in performance-critical operations.\n"
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow.\n"
+    "W0000 00:00:1795610011.000001    6588 some_op.cc:12] a real warning\n"
+    "E0000 00:00:1795610011.000002    6588 other_op.cc:34] a real error\n"
+    "/usr/lib/python3/site-packages/x.py:1: UserWarning: a Python warning\n"
+)
+
+
+def test_quiet_startup_sets_the_log_level_only_when_unset():
+    environ = {}
+    assert quiet.quiet_startup(environ=environ) == {"TF_CPP_MIN_LOG_LEVEL": "1"}
+    assert environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    mine = {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    assert quiet.quiet_startup(environ=mine) == {}
+    assert mine == {"TF_CPP_MIN_LOG_LEVEL": "0"}
+
+
+def test_verbose_flag_or_variable_leaves_the_environment_alone_and_passes_it_on():
+    environ = {}
+    assert quiet.quiet_startup(verbose=True, environ=environ) == {}
+    assert environ == {quiet.VERBOSE_ENV: "1"}  # for the workers a bench or sweep starts
+    environ = {quiet.VERBOSE_ENV: "1"}
+    assert quiet.quiet_startup(environ=environ) == {}
+    assert "TF_CPP_MIN_LOG_LEVEL" not in environ
+    assert not quiet.verbose_requested(False, {quiet.VERBOSE_ENV: "0"})
+    assert not quiet.verbose_requested(False, {})
+
+
+def test_oneDNN_itself_is_never_turned_off():
+    environ = {}
+    quiet.quiet_startup(environ=environ)
+    assert "TF_ENABLE_ONEDNN_OPTS" not in environ
+
+
+def test_only_the_startup_notices_are_dropped_and_warnings_and_errors_kept():
+    kept = quiet.drop_startup_notices(STARTUP)
+    assert kept.splitlines() == [
+        "W0000 00:00:1795610011.000001    6588 some_op.cc:12] a real warning",
+        "E0000 00:00:1795610011.000002    6588 other_op.cc:34] a real error",
+        "/usr/lib/python3/site-packages/x.py:1: UserWarning: a Python warning",
+    ]
+
+
+def test_a_line_like_the_cpu_notice_continuation_is_kept_elsewhere():
+    assert quiet.drop_startup_notices("To enable the following instructions: mine\n") == (
+        "To enable the following instructions: mine\n")
+
+
+def test_verbose_is_a_global_flag_accepted_before_or_after_the_command():
+    parser = build_parser()
+    assert parser.parse_args(["--verbose", "train"]).verbose
+    assert parser.parse_args(["train", "--verbose"]).verbose
+    assert parser.parse_args(["data", "bench", "--verbose"]).verbose
+    assert not parser.parse_args(["train"]).verbose
+
+
+def test_the_cli_module_loads_without_tensorflow_so_the_hook_comes_first():
+    probe = ("import sys, hvdtrain.cli; "
+             "print(sorted(m for m in ('tensorflow', 'keras', 'horovod') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True, env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+    assert out.strip() == "[]"
+
+
+def test_what_a_quiet_import_writes_to_fd_2_is_written_back_without_the_notices(tmp_path):
+    # A child whose "import" writes a notice and a warning straight to fd 2, as C++ does.
+    script = (
+        "import os\n"
+        "from hvdtrain.quiet import startup_notices_dropped\n"
+        "with startup_notices_dropped():\n"
+        "    os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called '\n"
+        "                b'are written to STDERR\\n')\n"
+        "    os.write(2, b'I0000 00:00:1.5   12 port.cc:153] oneDNN custom operations are on.\\n')\n"
+        "    os.write(2, b'W0000 00:00:1.6   12 op.cc:1] kept\\n')\n"
+        "os.write(2, b'after\\n')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, check=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert result.stderr == "W0000 00:00:1.6   12 op.cc:1] kept\nafter\n"
