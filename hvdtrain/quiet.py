@@ -138,12 +138,19 @@ class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m hvdtrain.quiet COMMAND ...`: run a Python console script quietly."""
+    """`python -m hvdtrain.quiet COMMAND ...`: run a Python console script quietly;
+    `python -m hvdtrain.quiet -m MODULE ...`: run a module so (bench's jobs, which
+    import TensorFlow at the top of the module, before any hook of their own)."""
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print("usage: python -m hvdtrain.quiet COMMAND [ARGS...]  (e.g. horovodrun -np 2 ...)",
-              file=sys.stderr)
+    if not argv or argv == ["-m"]:
+        print("usage: python -m hvdtrain.quiet COMMAND [ARGS...] | -m MODULE [ARGS...]  "
+              "(e.g. horovodrun -np 2 ...)", file=sys.stderr)
         return 2
+    if argv[0] == "-m":
+        quiet_startup()
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return 0
     script = shutil.which(argv[0])
     if script is None:
         print(f"hvdtrain: error: {argv[0]}: command not found on PATH", file=sys.stderr)

@@ -93,3 +93,17 @@ def test_what_a_quiet_import_writes_to_fd_2_is_written_back_without_the_notices(
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=60, check=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert result.stderr == "W0000 00:00:1.6   12 op.cc:1] kept\nafter\n"
+
+
+def test_a_module_runs_quietly_with_its_own_arguments(tmp_path):
+    # bench's jobs: `python -m hvdtrain.quiet -m hvdtrain.benchmarks.throughput PLAN RESULTS`.
+    (tmp_path / "job_module.py").write_text(
+        "import sys\n"
+        # By name: under `-m hvdtrain.quiet` the hook's class lives in __main__.
+        "hooked = any(type(f).__name__ == '_QuietTensorFlowFinder' for f in sys.meta_path)\n"
+        "print(__name__, sys.argv[1:], hooked)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]))
+    env.pop("HVDTRAIN_VERBOSE", None)
+    result = subprocess.run([sys.executable, "-m", "hvdtrain.quiet", "-m", "job_module", "a", "b"],
+                            capture_output=True, text=True, timeout=60, check=True, env=env)
+    assert result.stdout == "__main__ ['a', 'b'] True\n"

@@ -206,7 +206,10 @@ def run(args: argparse.Namespace) -> int:
         results_path = os.path.join(out, f"results-w{count}.json")
         log_path = os.path.join(out, f"bench-w{count}.log")
         print(f"hvdtrain: benchmarking {cfg.model} on {count} worker(s); log: {log_path}", flush=True)
-        command = [sys.executable, "-m", "hvdtrain.benchmarks.throughput", plan_path, results_path]
+        # Through hvdtrain.quiet: the job imports TensorFlow first thing, and its workers'
+        # start-up notices would fill the log.
+        command = [sys.executable, "-m", "hvdtrain.quiet", "-m", "hvdtrain.benchmarks.throughput",
+                   plan_path, results_path]
         result = run_job(job_command(args, count, command), log_path)
         if result.returncode != 0 or not os.path.exists(results_path):
             raise HvdtrainError(f"the {count}-worker benchmark job failed (exit "

@@ -14,13 +14,19 @@ def tool(name: str) -> str:
     return os.path.join(BIN_DIR, name)
 
 
+def horovodrun() -> list[str]:
+    """horovodrun through hvdtrain.quiet: it imports TensorFlow itself (its Gloo build
+    check), and TensorFlow's start-up notices would open every job's log."""
+    return [sys.executable, "-m", "hvdtrain.quiet", tool("horovodrun")]
+
+
 def horovodrun_command(workers: int, command: list[str], hostfile: str | None = None) -> list[str]:
     """`command` as a job of `workers` processes: on this machine, or on the first
     `workers` slots of `hostfile` (lines `host slots=N`). One local worker runs bare."""
     if hostfile is None and workers == 1:
         return list(command)
     hosts = ["--hostfile", hostfile] if hostfile else ["-H", f"localhost:{workers}"]
-    return [tool("horovodrun"), "-np", str(workers), *hosts, "--gloo", *command]
+    return [*horovodrun(), "-np", str(workers), *hosts, "--gloo", *command]
 
 
 def on_emulated_hosts(workers: int, command: list[str], hosts: int,
@@ -30,7 +36,7 @@ def on_emulated_hosts(workers: int, command: list[str], hosts: int,
     to a host, h1's first, started over ssh as on a real cluster."""
     cluster = [tool("hvdtrain"), "cluster", "--hosts", str(hosts)]
     cluster += ["--link-rate", link_rate] if link_rate else []
-    job = [tool("horovodrun"), "-np", str(workers), "-H", host_slots(workers, slots), "--gloo",
+    job = [*horovodrun(), "-np", str(workers), "-H", host_slots(workers, slots), "--gloo",
            "--network-interface", "eth0", *command]
     return [*cluster, "--", *job]
 
