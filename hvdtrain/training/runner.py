@@ -151,6 +151,8 @@ def _training_data(cfg: TrainConfig) -> DataSource:
     if cfg.elastic and not data.size_is_cheap and not cfg.steps_per_epoch:
         raise ConfigError(f"--elastic with --dataset {cfg.dataset} needs --steps-per-epoch or "
                           "--train-examples (counting the records would be a collective call)")
+    if not cfg.elastic:  # an elastic job's workers take new shards when they change
+        data.keep_shard(comm.rank(), comm.size())
     return data
 
 
