@@ -38,6 +38,9 @@ def main(results_dir: str, label: str = "") -> None:
         "rss_mib_imported": median("rss_kib_imported", KIB_PER_MIB),
         "rss_mib_first_step": median("rss_kib_first_step", KIB_PER_MIB),
         "rss_mib_end": median("rss_kib_end", KIB_PER_MIB),
+        **({"rss_anon_mib_end": median("rss_anon_kib_end", KIB_PER_MIB),
+            "rss_file_mib_end": median("rss_file_kib_end", KIB_PER_MIB)}
+           if "rss_anon_kib_end" in reports[0] else {}),
         "s_to_last_python_start": latest("started_at"),
         "s_to_last_import_done": latest("imported_at"),
         "s_to_last_first_step_began": latest("first_step_began_at"),

@@ -12,6 +12,10 @@ import time
 
 STARTED = time.time()  # before TensorFlow's import, the bulk of a worker's start-up
 
+from hvdtrain.host_capacity import check_this_host  # noqa: E402
+
+check_this_host()  # where `hvdtrain train` checks: before TensorFlow
+
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -28,7 +32,7 @@ IMPORTED = time.time()
 
 
 def memory_kib(field: str) -> int:
-    """VmHWM (peak) or VmRSS (now) of this process, in KiB, as the kernel counts them."""
+    """VmHWM (peak), VmRSS (now) or another field of /proc/self/status, in KiB."""
     with open("/proc/self/status", encoding="ascii") as fh:
         for line in fh:
             if line.startswith(field + ":"):
@@ -66,6 +70,9 @@ def main(results_dir: str, config_json: str) -> None:
         "ended_at": time.time(),
         "rss_kib_imported": rss_imported, "rss_kib_first_step": first.rss_kib_before,
         "rss_kib_end": memory_kib("VmRSS"), "peak_rss_kib": memory_kib("VmHWM"),
+        # Of the resident memory now: this process's own, and pages of files (TensorFlow's
+        # libraries, mostly), which every worker of a host shares.
+        "rss_anon_kib_end": memory_kib("RssAnon"), "rss_file_kib_end": memory_kib("RssFile"),
         "threads": len(os.listdir("/proc/self/task")),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
