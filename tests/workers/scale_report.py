@@ -43,6 +43,8 @@ def main(results_dir: str, label: str = "") -> None:
            if "rss_anon_kib_end" in reports[0] else {}),
         "s_to_last_python_start": latest("started_at"),
         "s_to_last_import_done": latest("imported_at"),
+        **({"s_to_last_fit_began": latest("fit_began_at")} if "fit_began_at" in reports[0]
+           else {}),
         "s_to_last_first_step_began": latest("first_step_began_at"),
         "s_to_last_first_step_ended": latest("first_step_ended_at"),
         "s_to_last_end": latest("ended_at"),

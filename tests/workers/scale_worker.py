@@ -41,12 +41,18 @@ def memory_kib(field: str) -> int:
 
 
 class FirstStep(keras.callbacks.Callback):
-    """When this worker's first training step began and ended (its tracing included)."""
+    """When this worker's fit began (Horovod started, data loaded, model built, and the
+    callbacks before this one begun: sync mode's initial broadcast waits for every
+    worker), and when its first training step began and ended (its tracing included)."""
 
     def __init__(self):
         super().__init__()
-        self.began = self.ended = None
+        self.fit_began = self.began = self.ended = None
         self.rss_kib_before = None
+
+    def on_train_begin(self, logs=None):
+        if self.fit_began is None:
+            self.fit_began = time.time()
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.began is None:
@@ -66,7 +72,7 @@ def main(results_dir: str, config_json: str) -> None:
         "rank": rank, "workers": comm.size(), "local_size": comm.local_size(),
         "launched_at": float(os.environ.get("HVDTRAIN_LAUNCHED_AT", "nan")),
         "started_at": STARTED, "imported_at": IMPORTED,
-        "first_step_began_at": first.began, "first_step_ended_at": first.ended,
+        "fit_began_at": first.fit_began, "first_step_began_at": first.began, "first_step_ended_at": first.ended,
         "ended_at": time.time(),
         "rss_kib_imported": rss_imported, "rss_kib_first_step": first.rss_kib_before,
         "rss_kib_end": memory_kib("VmRSS"), "peak_rss_kib": memory_kib("VmHWM"),
