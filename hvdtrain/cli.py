@@ -16,6 +16,7 @@ from hvdtrain.cluster import command as cluster
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.host_capacity import check_this_host
 
 TRAIN_EPILOG = """\
 Values come from the defaults, then --config FILE.yaml (keys as the option names,
@@ -122,6 +123,8 @@ def _train(args: argparse.Namespace) -> int:
                  if hasattr(args, name)}
     # Validate before importing TensorFlow: a typo should cost a second, not a minute.
     cfg = load_config(args.config, overrides)
+    # Also before TensorFlow: a host too small for its workers says so before they fill it.
+    check_this_host()
     from hvdtrain.training.runner import train
 
     train(cfg)

@@ -22,10 +22,12 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain.errors import ConfigError
+from hvdtrain.host_capacity import launched_workers, rendezvous_timeout
 
 
 _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers
 FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD"  # bytes; Horovod reads it when it starts
+GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"  # its wait for every worker at the start
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,21 @@ def init(fuse_tensors: bool = True, host_groups: bool = False) -> None:
                               "started it earlier with tensor fusion on")
         os.environ[FUSION_THRESHOLD] = "0"
     if not hvd.is_initialized():
+        _wait_for_crowded_workers()
         # Process sets made after start need Horovod started in their dynamic mode.
         hvd.init(process_sets="dynamic" if host_groups else None)
         _worlds_started += 1
     if host_groups and _host_group is None:
         _make_host_groups()
+
+
+def _wait_for_crowded_workers() -> None:
+    """Workers that outnumber their host's cores reach Horovod's start too far apart for
+    its 30 s wait (`rendezvous_timeout`): wait longer, unless the user set the wait
+    (horovodrun --gloo-timeout-seconds)."""
+    seconds = rendezvous_timeout(launched_workers(), len(os.sched_getaffinity(0)))
+    if seconds is not None and GLOO_TIMEOUT not in os.environ:
+        os.environ[GLOO_TIMEOUT] = str(seconds)
 
 
 def _make_host_groups() -> None:

@@ -8,7 +8,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from hvdtrain.cpu_cores import pin_worker, worker_cores
+from hvdtrain.cpu_cores import pin_worker, shared_pool_sizes, worker_cores
 from hvdtrain.errors import ConfigError
 
 
@@ -29,6 +29,13 @@ def test_fewer_cores_than_workers_is_one_clear_error():
         worker_cores([0, 1], 0, 3)
     with pytest.raises(ValueError, match="local rank 2 is not among 2"):
         worker_cores([0, 1], 2, 2)
+
+
+def test_unpinned_workers_keep_tensorflows_pools_until_they_outnumber_the_cores():
+    assert shared_pool_sizes(2, 1) is None and shared_pool_sizes(2, 2) is None
+    assert shared_pool_sizes(64, 32) is None  # they lend each other idle cores
+    # One compute thread each; two to run a background round beside the step.
+    assert shared_pool_sizes(2, 3) == (1, 2) and shared_pool_sizes(2, 32) == (1, 2)
 
 
 def test_pinning_after_tensorflow_started_is_refused_and_changes_nothing():

@@ -45,6 +45,26 @@ def test_test_pipeline_covers_the_shard_once(idx_dataset_dir):
     np.testing.assert_array_equal(labels, data.test_labels[0::2])
 
 
+def test_a_worker_that_keeps_its_shard_reads_the_same_streams_and_holds_no_other_example(
+        idx_dataset_dir):
+    whole = load_dataset("fashion-mnist", idx_dataset_dir)
+    kept = load_dataset("fashion-mnist", idx_dataset_dir)
+    kept.keep_shard(1, 4)
+    assert (len(kept.train_labels), len(kept.test_labels)) == (128, 32)
+    assert kept.num_train == whole.num_train == 512
+    np.testing.assert_array_equal(kept.shard(1, 4), whole.shard(1, 4))
+    streams = [(d.train(1, 4, batch_size=16, seed=3, start_step=5).take(10),
+                d.test(1, 4, batch_size=16)) for d in (whole, kept)]
+    for (a_train, a_test), (b_train, b_test) in [streams]:
+        for a, b in zip([*a_train, *a_test], [*b_train, *b_test], strict=True):
+            np.testing.assert_array_equal(a[0].numpy(), b[0].numpy())
+            np.testing.assert_array_equal(a[1].numpy(), b[1].numpy())
+    with pytest.raises(ValueError, match="holds worker 1 of 4's shard only, not worker 0 of 4's"):
+        kept.train(0, 4, batch_size=16, seed=3)
+    with pytest.raises(ValueError, match="--train-examples must apply before"):
+        kept.limit_train(100)
+
+
 def test_synthetic_dataset_has_the_requested_shape():
     data = load_dataset("synthetic", synthetic_shape=(16, 12, 3), seed=3)
     assert data.input_shape == (16, 12, 3) and data.num_classes == 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -52,6 +52,8 @@ class ArrayDataset(DataSource):
     # Applied to each uint8 training image before batching.
     augment: Optional[Augment] = None
     endless: bool = False
+    # Set by `keep_shard`: (rank, workers, training examples in all shards).
+    held: tuple[int, int, int] | None = field(default=None, repr=False)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -59,10 +61,35 @@ class ArrayDataset(DataSource):
 
     @property
     def num_train(self) -> int:
-        return len(self.train_labels)
+        return self.held[2] if self.held else len(self.train_labels)
+
+    def keep_shard(self, rank: int, workers: int) -> None:
+        """Hold only the examples of worker `rank` of `workers`, in both splits, and let
+        the rest go: every worker loaded the whole set, which 32 workers on one machine
+        would hold 32 times over. Sizes and shards are still those of the whole set."""
+        if self.held:
+            raise ValueError(f"{self.name} holds one shard already: {self.held[:2]}")
+        total = self.num_train
+        self.train_images, self.train_labels = _rows(self.train_images, self.train_labels,
+                                                     rank, workers)
+        self.test_images, self.test_labels = _rows(self.test_images, self.test_labels,
+                                                   rank, workers)
+        self.held = (rank, workers, total)
+
+    def _own(self, images: np.ndarray, labels: np.ndarray, rank: int,
+             workers: int) -> tuple[np.ndarray, np.ndarray]:
+        """Worker `rank`'s rows of a split: all that is held once `keep_shard` ran."""
+        if self.held is None:
+            return _rows(images, labels, rank, workers)
+        if self.held[:2] != (rank, workers):
+            raise ValueError(f"{self.name} holds worker {self.held[0]} of {self.held[1]}'s "
+                             f"shard only, not worker {rank} of {workers}'s")
+        return images, labels
 
     def limit_train(self, count: int) -> "ArrayDataset":
         """Keep the first `count` training examples."""
+        if self.held:
+            raise ValueError(f"--train-examples must apply before {self.name} is sharded")
         if count > self.num_train:
             raise ConfigError(f"--train-examples {count} is more than the {self.num_train} "
                               f"training examples of {self.name}")
@@ -80,10 +107,9 @@ class ArrayDataset(DataSource):
         Shuffling indices rather than images makes resuming cheap: skipping is done on
         integers. The uint8 images stay uint8 until a whole batch is normalised.
         """
-        index = self.shard(rank, workers)
-        images = tf.constant(self.train_images[index])
-        labels = tf.constant(self.train_labels[index])
-        ds = shuffled_indices(len(index), seed + rank, start_step * batch_size).map(
+        images, labels = (tf.constant(rows) for rows in self._own(
+            self.train_images, self.train_labels, rank, workers))
+        ds = shuffled_indices(len(labels), seed + rank, start_step * batch_size).map(
             lambda i: (tf.gather(images, i), tf.gather(labels, i)), num_parallel_calls=AUTOTUNE)
         if self.augment is not None:
             augment = self.augment
@@ -91,6 +117,14 @@ class ArrayDataset(DataSource):
         return finish_train(ds, batch_size, self.mean, self.std)
 
     def test(self, rank: int, workers: int, batch_size: int) -> tf.data.Dataset:
-        index = shard_indices(len(self.test_labels), rank, workers)
-        ds = tf.data.Dataset.from_tensor_slices((self.test_images[index], self.test_labels[index]))
+        ds = tf.data.Dataset.from_tensor_slices(
+            self._own(self.test_images, self.test_labels, rank, workers))
         return finish_test(ds, batch_size, self.mean, self.std)
+
+
+def _rows(images: np.ndarray, labels: np.ndarray, rank: int,
+          workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Worker `rank`'s rows of (images, labels), copied: a whole set they were taken from
+    can then be let go."""
+    index = shard_indices(len(labels), rank, workers)
+    return images[index], labels[index]

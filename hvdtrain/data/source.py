@@ -40,6 +40,12 @@ class DataSource(abc.ABC):
         raise ConfigError(f"--train-examples does not apply to --dataset {self.name}, "
                           f"got --train-examples {count}")
 
+    def keep_shard(self, rank: int, workers: int) -> None:
+        """Let go of what only other workers read, for a job whose workers never change
+        (no --elastic); after it, only worker `rank` of `workers` may read. Readers of
+        files hold names, not images, and open their own shard's files only: they keep
+        everything."""
+
     def count_train(self) -> int:
         """`num_train`, counted if need be: then a full pass over the training files.
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from hvdtrain import comm, files
 from hvdtrain.config import TrainConfig, parse_shape
-from hvdtrain.cpu_cores import pin_worker
+from hvdtrain.cpu_cores import pin_worker, size_shared_pools
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, PeerLostError
@@ -73,8 +73,11 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     # TensorFlow's own op determinism is left off: it refuses tf.timestamp, which times
     # every exchange (hvdtrain.keras.exchange_clock), and CPU kernels repeat without it.
     comm.init(fuse_tensors=not cfg.deterministic, host_groups=cfg.hierarchical_sgd)
-    if cfg.pin_cores:  # before TensorFlow sizes its thread pools from the cores it may use
+    # Before TensorFlow sizes its thread pools from the cores it may use.
+    if cfg.pin_cores:
         pin_worker(comm.local_rank(), comm.local_size())
+    else:
+        size_shared_pools(comm.local_size())
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
     devices = configure_devices(cfg.model_parallel, comm.local_rank())
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())
@@ -148,6 +151,8 @@ def _training_data(cfg: TrainConfig) -> DataSource:
     if cfg.elastic and not data.size_is_cheap and not cfg.steps_per_epoch:
         raise ConfigError(f"--elastic with --dataset {cfg.dataset} needs --steps-per-epoch or "
                           "--train-examples (counting the records would be a collective call)")
+    if not cfg.elastic:  # an elastic job's workers take new shards when they change
+        data.keep_shard(comm.rank(), comm.size())
     return data
 
 
