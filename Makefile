@@ -28,7 +28,7 @@ test: setup
 
 # The multi-worker jobs of a minute or more each (killed and hung workers, elastic
 # resizes, sweeps, bitwise repeats), kept out of `make test` to hold it under 15 minutes
-# here; about 12 minutes. CI runs it after `make test`.
+# here; 6 to 12 minutes. CI runs it after `make test`.
 test-long: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "long and not cluster and not image" $(PYTEST_ARGS)
 
@@ -39,7 +39,7 @@ test-scale: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m scale $(PYTEST_ARGS)
 
 # Horovod jobs on an emulated cluster (hvdtrain cluster: root, namespaces, sshd); about
-# 18 minutes here (16 tests, 2 cores). CI runs it after `make test-scale`; skipped, with the reason, without root.
+# 12 to 18 minutes here (16 tests, 2 cores). CI runs it after `make test-scale`; skipped, with the reason, without root.
 test-cluster: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster $(PYTEST_ARGS)
 
