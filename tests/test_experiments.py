@@ -13,7 +13,7 @@ import yaml
 
 from hvdtrain.benchmarks.experiments import GridRun, _failure, grid
 from hvdtrain.config import TrainConfig, load_config
-from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels,
+from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels, plot_runs,
                                                  run_folders, smoothed_rows, thinned)
 from hvdtrain.cli import build_parser, main
 
@@ -127,10 +127,11 @@ def test_smoothed_rows_hold_the_sliding_mean_along_either_axis():
     assert by_time[0]["n_sync"] == ""
 
 
-def _write_run(folder, workers, mode, n_sync, warm, errors):
+def _write_run(folder, workers, mode, n_sync, warm, errors, batch_size=32):
     os.makedirs(folder)
     with open(os.path.join(folder, "config.yaml"), "w") as fh:
-        yaml.safe_dump({"mode": mode, "n_sync": n_sync, "warm_start_steps": warm}, fh)
+        yaml.safe_dump({"mode": mode, "n_sync": n_sync, "warm_start_steps": warm,
+                        "batch_size": batch_size}, fh)
     with open(os.path.join(folder, "summary.json"), "w") as fh:
         json.dump({"workers": workers}, fh)
     with open(os.path.join(folder, "steps.jsonl"), "w") as fh:
@@ -162,7 +163,7 @@ def test_plot_draws_pngs_and_writes_the_tables_behind_them(tmp_path, capsys):
 
     assert main(["plot", str(sweep), "--window", "100", "--out", str(tmp_path / "plots")]) == 0
     assert "training_error_vs_steps.png" in capsys.readouterr().out
-    for axis in ("steps", "time"):
+    for axis in ("steps", "time", "examples"):
         png = (tmp_path / "plots" / f"training_error_vs_{axis}.png").read_bytes()
         assert png.startswith(PNG_MAGIC) and len(png) > 10_000
         with open(tmp_path / "plots" / f"training_error_vs_{axis}.csv", newline="") as fh:
@@ -174,6 +175,18 @@ def test_plot_draws_pngs_and_writes_the_tables_behind_them(tmp_path, capsys):
     with open(tmp_path / "plots" / "training_error_vs_steps.csv", newline="") as fh:
         last_w1 = [r for r in csv.DictReader(fh) if r["run"] == "w1"][-1]
     assert float(last_w1["smoothed_error"]) == pytest.approx(sum(errors[-100:]) / 100)
+    # Against examples, the 2-worker runs' steps count twice: 600 steps of 2 x 32.
+    with open(tmp_path / "plots" / "training_error_vs_examples.csv", newline="") as fh:
+        last = {r["run"]: int(r["examples"]) for r in csv.DictReader(fh)}
+    assert last == {"w1": 1200 * 32, "w2-n10-cold": 600 * 64, "w2-n10-warm": 600 * 64}
+
+
+def test_runs_whose_config_lacks_the_batch_size_get_no_examples_plot(tmp_path):
+    errors = [0.5] * 20
+    _write_run(str(tmp_path / "old"), 2, "local", 10, 0, errors, batch_size=0)
+    written = plot_runs([str(tmp_path / "old")], str(tmp_path / "plots"), window=5)
+    assert [os.path.basename(p) for p in written if p.endswith(".png")] == [
+        "training_error_vs_steps.png", "training_error_vs_time.png"]
 
 
 def test_plot_rejects_folders_without_steps_and_bad_windows_in_one_line(tmp_path, capsys):
@@ -236,7 +249,7 @@ def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset
     assert 2 * rows["w2-n4-single"]["bytes_allreduced"] == 3 * rows["w2-n4-cold"]["bytes_allreduced"]
     with open(out / "sweep.csv", newline="") as fh:
         assert [r["name"] for r in csv.DictReader(fh)] == list(rows)
-    for name in ("training_error_vs_steps", "training_error_vs_time"):
+    for name in ("training_error_vs_steps", "training_error_vs_time", "training_error_vs_examples"):
         assert (out / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
         with open(out / f"{name}.csv", newline="") as fh:
             assert {r["run"] for r in csv.DictReader(fh)} == set(rows)

@@ -2,7 +2,8 @@
 
 Reads each run folder's steps.jsonl (every step's minibatch error) and config.yaml,
 smooths the error with a sliding mean over `window` minibatches (the paper used
-400), and draws it against steps and against wall time. Cold, warm (synchronous) and
+400), and draws it against steps, against wall time and against the examples all
+workers trained on (the paper's epochs). Cold, warm (synchronous) and
 single (one-worker) starts get a panel each; a one-worker run, which has no local
 phase, appears in every panel as the reference. Test accuracy is drawn against wall
 time, one line per run, from the evaluations `--eval-every` logs and the final one
@@ -33,8 +34,12 @@ WARM_START_OF = {"warm": "sync", "single": "single"}
 STARTS = ("cold", *WARM_START_OF)
 PANEL_TITLES = {"cold": "cold start", "warm": "warm start: synchronous steps first",
                 "single": "warm start: one worker's steps first"}
+# Paine et al. plot against time and against epochs: the examples all workers trained
+# on, which more workers gather faster per step.
 AXES = {"steps": ("step", "training step (minibatches per worker)"),
-        "time": ("wall_seconds", "wall time (seconds)")}
+        "time": ("wall_seconds", "wall time (seconds)"),
+        "examples": ("examples", "training examples, all workers together")}
+AXIS_TITLES = {"steps": "steps", "time": "wall time", "examples": "examples trained on"}
 
 
 @dataclass
@@ -48,9 +53,14 @@ class Curve:
     warm_start_steps: int
     warm_start: str = "sync"
     hierarchical: bool = False  # --hierarchical-sgd: a host's workers average every step
+    global_batch: int = 0  # examples a step trains on over all workers (0: not known)
     step: list[int] = field(default_factory=list)
     wall_seconds: list[float] = field(default_factory=list)
     error: list[float] = field(default_factory=list)
+
+    @property
+    def examples(self) -> list[int]:
+        return [step * self.global_batch for step in self.step]
 
     @property
     def start(self) -> str:
@@ -94,7 +104,8 @@ def load_curve(run_dir: str) -> Curve:
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
                   config.get("mode", "sync"), period,
                   int(config.get("warm_start_steps", 0)) if local else 0,
-                  str(config.get("warm_start", "sync")), bool(config.get("hierarchical_sgd")))
+                  str(config.get("warm_start", "sync")), bool(config.get("hierarchical_sgd")),
+                  int(summary.get("global_batch") or int(config.get("batch_size", 0)) * int(workers)))
     # An elastic job that lost a worker right after writing some steps runs them again:
     # the later record of a step wins.
     by_step: dict[int, tuple[float, float]] = {}
@@ -206,7 +217,7 @@ def draw(curves: list[Curve], window: int, axis: str, path: str) -> None:
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel(f"training error ({window}-minibatch sliding mean)")
     if len(groups) > 1:
-        fig.suptitle(f"Training error against {'steps' if axis == 'steps' else 'wall time'}")
+        fig.suptitle(f"Training error against {AXIS_TITLES[axis]}")
     fig.tight_layout()
     files.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
@@ -235,6 +246,8 @@ def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW,
     os.makedirs(out, exist_ok=True)
     written = []
     for axis in AXES:
+        if axis == "examples" and not all(c.global_batch for c in curves):
+            continue  # run folders from before config.yaml held the batch size
         stem = os.path.join(out, f"training_error_vs_{axis}")
         files.write_csv(stem + ".csv", smoothed_rows(sorted(curves, key=_sort_key), window, axis))
         draw(curves, window, axis, stem + ".png")
