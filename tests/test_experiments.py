@@ -128,15 +128,17 @@ def test_smoothed_rows_hold_the_sliding_mean_along_either_axis():
 
 
 def _write_run(folder, workers, mode, n_sync, warm, errors, batch_size=32):
+    """A run folder as `hvdtrain train` writes it; batch_size None: a steps.jsonl from
+    before it counted the examples."""
     os.makedirs(folder)
     with open(os.path.join(folder, "config.yaml"), "w") as fh:
-        yaml.safe_dump({"mode": mode, "n_sync": n_sync, "warm_start_steps": warm,
-                        "batch_size": batch_size}, fh)
+        yaml.safe_dump({"mode": mode, "n_sync": n_sync, "warm_start_steps": warm}, fh)
     with open(os.path.join(folder, "summary.json"), "w") as fh:
         json.dump({"workers": workers}, fh)
     with open(os.path.join(folder, "steps.jsonl"), "w") as fh:
         for i, error in enumerate(errors, start=1):
-            fh.write(json.dumps({"step": i, "loss": 2 * error, "error": error,
+            examples = {} if batch_size is None else {"examples": i * workers * batch_size}
+            fh.write(json.dumps({"step": i, **examples, "loss": 2 * error, "error": error,
                                  "wall_seconds": 0.1 * i}) + "\n")
         fh.write('{"step": 99, "lo')  # a line cut short by a crash is skipped
 
@@ -181,9 +183,9 @@ def test_plot_draws_pngs_and_writes_the_tables_behind_them(tmp_path, capsys):
     assert last == {"w1": 1200 * 32, "w2-n10-cold": 600 * 64, "w2-n10-warm": 600 * 64}
 
 
-def test_runs_whose_config_lacks_the_batch_size_get_no_examples_plot(tmp_path):
+def test_runs_whose_steps_do_not_count_examples_get_no_examples_plot(tmp_path):
     errors = [0.5] * 20
-    _write_run(str(tmp_path / "old"), 2, "local", 10, 0, errors, batch_size=0)
+    _write_run(str(tmp_path / "old"), 2, "local", 10, 0, errors, batch_size=None)
     written = plot_runs([str(tmp_path / "old")], str(tmp_path / "plots"), window=5)
     assert [os.path.basename(p) for p in written if p.endswith(".png")] == [
         "training_error_vs_steps.png", "training_error_vs_time.png"]

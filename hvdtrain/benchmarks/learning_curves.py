@@ -53,14 +53,12 @@ class Curve:
     warm_start_steps: int
     warm_start: str = "sync"
     hierarchical: bool = False  # --hierarchical-sgd: a host's workers average every step
-    global_batch: int = 0  # examples a step trains on over all workers (0: not known)
     step: list[int] = field(default_factory=list)
     wall_seconds: list[float] = field(default_factory=list)
     error: list[float] = field(default_factory=list)
-
-    @property
-    def examples(self) -> list[int]:
-        return [step * self.global_batch for step in self.step]
+    # The examples all workers had trained on after each step, as steps.jsonl counts them
+    # (a warm start's and an elastic resize's included); empty where it does not.
+    examples: list[int] = field(default_factory=list)
 
     @property
     def start(self) -> str:
@@ -104,11 +102,10 @@ def load_curve(run_dir: str) -> Curve:
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
                   config.get("mode", "sync"), period,
                   int(config.get("warm_start_steps", 0)) if local else 0,
-                  str(config.get("warm_start", "sync")), bool(config.get("hierarchical_sgd")),
-                  int(summary.get("global_batch") or int(config.get("batch_size", 0)) * int(workers)))
+                  str(config.get("warm_start", "sync")), bool(config.get("hierarchical_sgd")))
     # An elastic job that lost a worker right after writing some steps runs them again:
     # the later record of a step wins.
-    by_step: dict[int, tuple[float, float]] = {}
+    by_step: dict[int, tuple[float, float, int | None]] = {}
     with open(steps_path, encoding="utf-8") as fh:
         for line in fh:
             try:
@@ -117,11 +114,15 @@ def load_curve(run_dir: str) -> Curve:
                 continue  # a line cut short by a crash
             if record.get("rank", 0) != 0:
                 continue  # --sync-seconds logs each worker's own steps: rank 0's make the curve
-            by_step[int(record["step"])] = (float(record["wall_seconds"]), float(record["error"]))
+            by_step[int(record["step"])] = (float(record["wall_seconds"]), float(record["error"]),
+                                            record.get("examples"))
     for step in sorted(by_step):
         curve.step.append(step)
         curve.wall_seconds.append(by_step[step][0])
         curve.error.append(by_step[step][1])
+        curve.examples.append(by_step[step][2])
+    if None in curve.examples:
+        curve.examples = []
     if not curve.step:
         raise DataError(f"{steps_path} holds no steps")
     return curve
@@ -246,8 +247,8 @@ def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW,
     os.makedirs(out, exist_ok=True)
     written = []
     for axis in AXES:
-        if axis == "examples" and not all(c.global_batch for c in curves):
-            continue  # run folders from before config.yaml held the batch size
+        if axis == "examples" and not all(c.examples for c in curves):
+            continue  # run folders from before steps.jsonl counted the examples
         stem = os.path.join(out, f"training_error_vs_{axis}")
         files.write_csv(stem + ".csv", smoothed_rows(sorted(curves, key=_sort_key), window, axis))
         draw(curves, window, axis, stem + ".png")
