@@ -1,8 +1,8 @@
 """Whether one host can run the workers horovodrun started on it, said in one line
 before any of them starts TensorFlow (the bulk of a worker's start-up and memory).
 
-Measured on a machine of 2 cores and 24 GiB (notes/37-scale.md), LeNet on Fashion-MNIST:
-16 and 32 workers on one host train and end in consensus, the job about as fast as 2
+Measured on a machine of 2 cores and 24 GiB (BENCHMARKS.md, "16 and 32 workers on one
+machine"), LeNet on Fashion-MNIST: 16 and 32 workers on one host train and end in consensus, the job about as fast as 2
 workers and its start-up 22-24 times as long, so more workers than cores is a warning.
 Each worker took 249-308 MiB of the host's available memory (TensorFlow's libraries,
 another 350 MiB of every worker's resident memory, are shared), so a host that cannot
@@ -24,7 +24,7 @@ RANK, LOCAL_RANK, LOCAL_SIZE = "HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_LO
 
 MIB = 1 << 20
 # The least a worker takes of its host's available memory: the smallest measured, a LeNet
-# worker of 8 on one host (249 MiB, notes/37-scale.md), rounded down. Larger models and
+# worker of 8 on one host (249 MiB, BENCHMARKS.md), rounded down. Larger models and
 # data take more.
 WORKER_FLOOR_BYTES = 240 * MIB
 
@@ -39,8 +39,8 @@ IMPORT_CPU_SECONDS = 4
 def rendezvous_timeout(workers: int, cores: int) -> int | None:
     """Seconds Gloo's rendezvous should wait for the last of `workers` sharing `cores`, or
     None where Horovod's own 30 cover it. 32 workers on 2 cores took a minute to import
-    side by side and reached the rendezvous up to 25 s apart (notes/37-scale.md); one of
-    five such jobs died of the 30 s wait. Twice the whole import time leaves room for a
+    side by side and reached the rendezvous up to 25 s apart (BENCHMARKS.md); one of five
+    such jobs died of the 30 s wait. Twice the whole import time leaves room for a
     host busy with other work."""
     seconds = 2 * math.ceil(IMPORT_CPU_SECONDS * workers / cores)
     return seconds if seconds > GLOO_DEFAULT_TIMEOUT else None

@@ -5,7 +5,8 @@ Writes RESULTS_DIR/rank<R>.json (when each stage was reached, peak and current r
 memory, threads, TensorFlow's pool sizes, the summary) and rank<R>.npz (the trained
 weights, for consensus). Times are seconds since the epoch; the launcher may put its own
 start in HVDTRAIN_LAUNCHED_AT, which is copied to the report, so that launch to first
-step can be read off it. For `make test-scale` and the measurements in notes/37-scale.md.
+step can be read off it. For `make test-scale` and the measurements in BENCHMARKS.md
+("16 and 32 workers on one machine").
 """
 
 import time
