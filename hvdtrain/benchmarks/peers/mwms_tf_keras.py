@@ -29,8 +29,6 @@ import subprocess
 import sys
 import time
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-
 
 def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
@@ -52,7 +50,7 @@ def launch(args: argparse.Namespace) -> int:
                                          "task": {"type": "worker", "index": index}}))
         command = [sys.executable, "-m", __spec__.name, "--worker",
                    "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
-                   "--data-dir", args.data_dir]
+                   *(["--data-dir", args.data_dir] if args.data_dir else [])]
         procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True))
     outputs = [proc.communicate()[0] for proc in procs]
     failed = [index for index, proc in enumerate(procs) if proc.returncode != 0]
@@ -89,20 +87,20 @@ def train(args: argparse.Namespace) -> int:
     import tensorflow as tf
     import tf_keras as keras
 
-    from hvdtrain.data.idx import read_images_and_labels
+    from hvdtrain.data import fashion_mnist  # imports TensorFlow: after the quiet hook
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     workers = strategy.num_replicas_in_sync
-    images, labels = read_images_and_labels(
-        os.path.join(args.data_dir, "train-images-idx3-ubyte.gz"),
-        os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
-    images = ((images[..., None].astype("float32") / 255.0) - 0.2860) / 0.3530
+    # hvdtrain's own reader and pixel statistics: the same examples, normalised alike.
+    data = fashion_mnist.load(args.data_dir)
+    images = (data.train_images.astype("float32") / 255.0 - data.mean[0]) / data.std[0]
+    labels = data.train_labels
     global_batch = args.batch_size * workers
     steps = len(images) // global_batch
     # Every worker reads its own shard, as hvdtrain's workers do (every K-th example).
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = (tf.data.Dataset.from_tensor_slices((images, labels.astype("int32")))
+    dataset = (tf.data.Dataset.from_tensor_slices((images, labels))
                .shuffle(10_000, seed=42).batch(global_batch, drop_remainder=True)
                .repeat().prefetch(tf.data.AUTOTUNE).with_options(options))
     with strategy.scope():
@@ -138,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64, help="per worker (default: 64)")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--data-dir", default=FASHION_MNIST)
+    parser.add_argument("--data-dir", default=None,
+                        help="Fashion-MNIST's IDX files (default: hvdtrain's, Debian's "
+                             "dataset-fashion-mnist)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     return train(args) if args.worker else launch(args)
