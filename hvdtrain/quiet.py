@@ -162,4 +162,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the imported module, not this __main__ copy of it: the command run here
+    # (hvdtrain's CLI, say) calls hvdtrain.quiet.quiet_startup itself, which must see the
+    # hook already in as one of its own and not put in a second.
+    from hvdtrain.quiet import main as imported_main
+
+    sys.exit(imported_main())
