@@ -60,6 +60,9 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"mode": "local", "n_sync": "auto:16", "sync_seconds": 2.0},
      "--n-sync auto:16 adapts a period of steps; --sync-seconds sets rounds by time instead: "
      "give one of them"),
+    ({"mode": "local", "epoch_rounds": False, "sync_seconds": 2.0},
+     "--no-epoch-rounds needs rounds every --n-sync steps; --sync-seconds 2.0 ends each epoch"),
+    ({"mode": "async", "epoch_rounds": False}, "--epoch-rounds needs --mode local, got"),
     ({"model": "nosuch"}, "--model must be one of alexnet, alexnet-lrn, alexnet-2col, lenet, "
                           "resnet50, resnet20, resnet32, resnet56, got 'nosuch'"),
     ({"dataset": "mnist"}, "--dataset must be one of fashion-mnist, cifar10, imagenet, "

@@ -41,6 +41,21 @@ def test_a_round_due_inside_an_execution_runs_at_its_end():
     assert local_sgd.rounds == 3
 
 
+def test_without_epoch_rounds_only_the_period_and_the_end_hold_rounds():
+    local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False)
+    _, history = _fit(local_sgd, 1)
+    # After steps 3, 6, ..., 18 and at the end (20); not at the first epoch's end (10).
+    assert local_sgd.rounds == 7
+    assert history["averaging_rounds"] == [3, 6]
+
+
+@pytest.mark.parametrize("timing", [{"overlap": True}, {"sync_seconds": 2.0, "batch_size": 4,
+                                                         "epoch_examples": 40}])
+def test_without_epoch_rounds_refuses_rounds_that_are_not_blocking_by_steps(timing):
+    with pytest.raises(ValueError, match=r"epoch_rounds=False\) needs blocking rounds"):
+        hk.LocalSGD(n_sync=3, epoch_rounds=False, **timing)
+
+
 def test_a_warm_start_that_ends_inside_an_execution_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"warm_start_steps=3\) needs a multiple of the "
                                          r"model's steps_per_execution \(2\)"):

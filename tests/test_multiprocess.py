@@ -329,6 +329,24 @@ def test_metric_average_gives_every_rank_the_mean(probe):
             json.loads(str(probe[1][f"{warm_start}_history"]))
 
 
+def test_without_epoch_rounds_evaluations_see_the_average_and_training_never_notices(probe):
+    """epoch_rounds=False: epochs of 3 steps, evaluated at each end, with rounds every 5
+    steps train to the same weights, bit for bit, as one epoch of 12 steps; each
+    evaluation saw the workers' average, and with epoch rounds the weights differ."""
+    own = [rank["view_own"] for rank in probe]
+    for rank in probe:
+        assert len(rank["view_shown"]) == 4  # one evaluation per epoch
+        np.testing.assert_allclose(rank["view_shown"], np.mean(own, axis=0), atol=1e-6)
+    assert np.abs(own[0] - own[1]).max() > 1e-4  # the workers did differ there
+    for rank in probe:
+        np.testing.assert_array_equal(rank["view_cut"], rank["view_whole"])
+        np.testing.assert_array_equal(rank["view_cut"], probe[0]["view_cut"])  # consensus
+        assert np.abs(rank["view_with_rounds"] - rank["view_whole"]).max() > 1e-4
+    # After steps 5 and 10, and the end's (12); with epoch rounds also after 3, 6 and 9.
+    assert int(probe[0]["view_cut_rounds"]) == int(probe[0]["view_whole_rounds"]) == 3
+    assert int(probe[0]["view_with_rounds_rounds"]) == 6
+
+
 # --- failures and the command line ---
 
 def test_throughput_is_the_jobs_examples_over_the_jobs_span_when_a_worker_starts_late(tmp_path):

@@ -42,7 +42,7 @@ from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport
-from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
+from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, assign, build_optimizer,
                                   optimizer_step, set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.progress import TrainingProgress, executed_steps
@@ -99,6 +99,13 @@ class LocalSGD(keras.callbacks.Callback):
         (`with_gradient_averaging(..., within_host=True)` after
         `init(host_groups=True)`), so a host holds one model, and rounds average the
         hosts' models; "N/hosts" periods count hosts. No warm start yet.
+      epoch_rounds: hold a round at each epoch end and before each evaluation, so every
+        worker goes on from the consensus model (the default). False: rounds come only every
+        `n_sync` steps, as in Paine et al., whose epochs and evaluations did not touch the
+        clients. Epoch ends and evaluations then show every worker the workers' average
+        (one allreduce, no outer step) for the callbacks that evaluate and save it, and each
+        worker takes its own state back before its next step. Needs blocking rounds by
+        steps (not `overlap`, not `sync_seconds`); the end of training is still a round.
       progress: the run's `TrainingProgress`, when another callback placed before
         this one advances it and sets the optimizer's step from it at every fit's start
         (hvdtrain's trainer does); by default this callback keeps its own step count,
@@ -114,7 +121,8 @@ class LocalSGD(keras.callbacks.Callback):
     `MetricAverage` then averages). Batch logs gain `round_seconds`: this worker's
     seconds in rounds so far (`TrainingProgress.round_seconds`), for callbacks that
     time what rounds cost. A round also runs before evaluation, at each epoch end and
-    at the end of training, so what is evaluated and saved is the consensus model.
+    at the end of training, so what is evaluated and saved is the consensus model (with
+    `epoch_rounds=False`, only at the end; before then the average is shown instead).
 
     With `steps_per_execution` > 1 Keras reports several steps per batch callback:
     they are all counted, and a round falls due at the end of the execution in which
@@ -130,7 +138,7 @@ class LocalSGD(keras.callbacks.Callback):
                  overlap: bool = False, sync_seconds: float | None = None,
                  batch_size: int | None = None, epoch_examples: int | None = None,
                  consensus_every: Sequence[int] = (), hierarchical: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+                 epoch_rounds: bool = True, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         if n_sync is None and sync_seconds is None:
             raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
@@ -148,7 +156,11 @@ class LocalSGD(keras.callbacks.Callback):
             raise ArgumentError("LocalSGD(hierarchical=True) takes no warm start and no "
                                 f"sync_seconds yet, got warm_start_steps={warm_start_steps} "
                                 f"and sync_seconds={sync_seconds!r}")
+        if not epoch_rounds and (overlap or sync_seconds is not None):
+            raise ArgumentError("LocalSGD(epoch_rounds=False) needs blocking rounds every n_sync "
+                                f"steps, got overlap={overlap} and sync_seconds={sync_seconds!r}")
         self.hierarchical = hierarchical
+        self.epoch_rounds = epoch_rounds
         self.n_sync = n_sync
         # "N/workers" is resolved for the workers of each fit (an elastic job may resize);
         # rounds every T seconds have no step period to resolve.
@@ -185,6 +197,9 @@ class LocalSGD(keras.callbacks.Callback):
         self._overlapped: OverlappedRounds | None = None
         self._begin = 0
         self._epoch_distances: list[float] = []
+        # While the workers are shown their average (epoch_rounds=False): each worker's own
+        # state, and the step after which the workers last really agreed.
+        self._own: tuple[list, int | None] | None = None
 
     @property
     def warm_start_steps(self) -> int:
@@ -255,6 +270,7 @@ class LocalSGD(keras.callbacks.Callback):
         if self.per_worker is not None:
             self.trigger.n_sync = self.per_worker.steps(comm.size(), comm.host_group().hosts)
         averager = self.attach(self.model)
+        self._own = None  # an elastic reset brought every worker the last commit instead
         if self.broadcast_initial_state:  # once per set of workers, not once per fit
             kept = [v for variables in self.kept_state.values() for v in variables]
             self.progress.broadcast_bytes += self.initial_state.give(
@@ -287,6 +303,7 @@ class LocalSGD(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
+        self.take_back_own()
 
     def on_train_batch_end(self, batch, logs=None):
         steps = executed_steps(self._begin, batch)
@@ -328,7 +345,8 @@ class LocalSGD(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         try:
-            self.reach_consensus()
+            self.take_back_own()
+            self.reach_consensus(final=True)
         finally:
             self.abandon_rounds()
 
@@ -401,15 +419,36 @@ class LocalSGD(keras.callbacks.Callback):
         self.trigger.held(self.progress.steps)
         self.report.round_held()
 
-    def reach_consensus(self) -> None:
+    def reach_consensus(self, final: bool = False) -> None:
         """Make every worker hold the same state now: a round in flight is applied, then a
-        blocking round unless the workers already agree. A collective call; hvdtrain calls
-        it before evaluations (also within an epoch), at epoch ends and at the end."""
+        blocking round unless the workers already agree; with `epoch_rounds=False` after
+        the warm start, unless `final`, the workers' average is only shown
+        (`show_average`). A collective call; hvdtrain calls it before evaluations (also
+        within an epoch), at epoch ends and at the end."""
         with self._timing_rounds():
             self.finish_in_flight()
-            if self.averager is not None and not self.progress.in_consensus:
+            if self.averager is None or self.progress.in_consensus:
+                return
+            warming = self.progress.steps <= self.warm.steps
+            if self.epoch_rounds or warming or final:
                 # Blocking in overlapped mode too: the caller needs the consensus model now.
-                self.blocking_round(warm_start=self.progress.steps <= self.warm.steps)
+                self.blocking_round(warm_start=warming)
+            else:
+                self.show_average()
+
+    def show_average(self) -> None:
+        """Every worker holds the workers' average until its next step (`take_back_own`),
+        which is no round: the period and the outer optimizer go on as before."""
+        self._own = (self.averager.show_mean(), self.progress.consensus_step)
+        self.progress.state_bytes += self.averager.bytes_per_round
+        self.progress.consensus_step = self.progress.steps  # what callbacks now see agrees
+
+    def take_back_own(self) -> None:
+        """Each worker goes on from its own state after `show_average`."""
+        if self._own is not None:
+            own, self.progress.consensus_step = self._own
+            assign(self.averager.variables, own)
+            self._own = None
 
     def _count_round(self) -> None:
         self.progress.averaging_rounds += 1

@@ -202,7 +202,7 @@ class ModelStateAverager:
         self._moments = [(position[id(mean)], position[id(var)])
                          for mean, var in batch_norm_statistics(model)
                          if id(mean) in position and id(var) in position]
-        self._average_fn = None
+        self._average_fn = self._mean_fn = None
         self._traced_for: tuple[int, int] | None = None
 
     @property
@@ -232,6 +232,7 @@ class ModelStateAverager:
         world = (comm.rank(), comm.size())
         if self._traced_for != world:
             self._average_fn = tf.function(self._average)
+            self._mean_fn = tf.function(lambda values: self.exchange(values, name="state_view"))
             self._traced_for = world
         return self._average_fn
 
@@ -264,6 +265,17 @@ class ModelStateAverager:
         inner_lr = tf.maximum(current_learning_rate(self.model.optimizer), 1e-12)
         distance = self._round_fn()(inner_lr, apply_outer and self.outer is not None, take_chief)
         return float(distance)
+
+    def show_mean(self) -> list[tf.Tensor]:
+        """Every worker takes the workers' mean state for a while, as it is, and gets back
+        its own state to put back later (`assign`): for evaluating and saving the average
+        model between rounds without a round. No outer step, and SlowMo's x0 and the fp16
+        reference stay the last round's, so the next round is as if this never happened."""
+        own = read(self.variables)
+        if own and comm.size() > 1:
+            self._round_fn()  # the traced functions for the current workers
+            assign(self.variables, self._mean_fn(own))
+        return own
 
     def _average(self, inner_lr, apply_outer: bool, take_chief: bool):
         values = read(self.variables)

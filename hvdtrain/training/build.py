@@ -65,7 +65,7 @@ def state_callback(cfg: TrainConfig, model: keras.Model,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
             batch_size=cfg.batch_size, consensus_every=consensus_intervals(cfg),
-            hierarchical=cfg.hierarchical_sgd)
+            hierarchical=cfg.hierarchical_sgd, epoch_rounds=cfg.epoch_rounds)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.
