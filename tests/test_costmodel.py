@@ -311,3 +311,54 @@ def test_predict_refuses_a_host_of_one_worker_and_a_bad_host_link_in_one_line(tm
         "local SGD), got 1",
         "hvdtrain: error: --host-link-rate must be 'none' or a rate in tc's units (100gbit, "
         "10gbit), got 'fast'"]
+
+
+# --- other hardware, and wall time to a target ---
+
+def _sweep(tmp_path, targets=(0.85, 0.85, 0.85)):
+    runs = [dict(name=n, workers=w, mode=m, n_sync=k, examples_to_target=e, target=t)
+            for (n, w, m, k, e), t in zip((("w1", 1, "sync", None, 1000),
+                                           ("w8-sync", 8, "sync", None, 4000),
+                                           ("w8-n10-cold", 8, "local", 10, 2000)), targets)]
+    runs.append(dict(name="w2-n10-cold", workers=2, mode="local", n_sync=10,
+                     examples_to_target="", target=targets[0]))  # never reached it
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"runs": runs}))
+    return str(path)
+
+
+def test_step_seconds_and_batch_size_put_the_benchs_bytes_on_other_hardware(tmp_path):
+    out = tmp_path / "p"
+    assert main(["predict", _bench(tmp_path, exchanges=(0.5, 0.5)), "--workers", "8",
+                 "--link-rate", "1gbit", "--latency", "0", "--step-seconds", "0.9",
+                 "--batch-size", "128", "--n-sync", "50", "--out", str(out)]) == 0
+    rows = {r["mode"]: r for r in json.loads((out / "predict.json").read_text())["rows"]}
+    assert rows["local"]["n_sync"] == 50 and rows["sync"]["n_sync"] == 1
+    # The bench's 4 MB of gradients, with no floor from this machine's unshaped bench.
+    exchange = 2 * 7 / 8 * 4e6 * 8 / GBIT
+    assert rows["sync"]["images_per_sec"] == pytest.approx(8 * 128 / (0.9 + exchange))
+    assert rows["local"]["images_per_sec"] == pytest.approx(8 * 128 / (0.9 + exchange / 50))
+
+
+def test_time_to_target_divides_each_setups_examples_by_its_predicted_rate(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["predict", _bench(tmp_path), "--workers", "2,8", "--link-rate", "1gbit",
+                 "--latency", "0", "--step-seconds", "0.9", "--batch-size", "128",
+                 "--time-to-target", _sweep(tmp_path), "--out", str(out)]) == 0
+    report = json.loads((out / "predict.json").read_text())["time_to_target"]
+    rates = {(r["mode"], r["workers"]): r["images_per_sec"]
+             for r in json.loads((out / "predict.json").read_text())["rows"]}
+    speedups = {(r["mode"], r["workers"]): r["speedup"] for r in report["rows"]}
+    alone = 1000 / (128 / 0.9)  # the one-worker run's seconds to the target
+    assert speedups == {("sync", 8): pytest.approx(alone / (4000 / rates[("sync", 8)])),
+                        ("local", 8): pytest.approx(alone / (2000 / rates[("local", 8)]))}
+    assert report["target"] == 0.85 and report["alone_examples"] == 1000
+    assert "| 1gbit | local n_sync 10 | 8 | 2000 | 2.00 |" in capsys.readouterr().out
+
+
+def test_time_to_target_refuses_a_sweep_whose_runs_had_different_targets(tmp_path, capsys):
+    assert main(["predict", _bench(tmp_path), "--workers", "8", "--link-rate", "1gbit",
+                 "--time-to-target", _sweep(tmp_path, (0.85, 0.84, 0.85))]) != 0
+    err = capsys.readouterr().err
+    assert "runs have different targets (84.00%, 85.00%); run the sweep again with one --target" \
+        in err and err.count("\n") == 1

@@ -12,6 +12,11 @@ Hierarchical rows (`bench --modes hlocal,hasync`) are predicted as hosts of
 `--host-link-rate` (by default unlimited: the hosts' floor alone, as NVLink or a
 machine's loopback is next to a network) and a round across all workers every n_sync
 steps over `--link-rate`.
+
+For hardware other than the bench's, `--step-seconds` and `--batch-size` give the
+compute of one worker's step there (a published measurement); the bench then gives only
+the bytes. `--time-to-target` turns the throughput into wall time to an accuracy, with the
+examples each setup of an `hvdtrain sweep` needed to reach it (`predicted_speedup`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from statistics import fmean
 from typing import Callable
 
 from hvdtrain import files
+from hvdtrain.benchmarks import predicted_speedup
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import LOCAL_MODES, parse_int_list
 from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload, floor_of_whole_payload,
@@ -37,6 +43,8 @@ example:
   hvdtrain predict runs/bench/bench.json --check runs/bench-1gbit/bench.json
   hvdtrain predict runs/bench/bench.json --workers 16,64 --workers-per-host 8 --link-rate 25gbit \\
       --check runs/bench-2x2-100mbit/bench.json
+  hvdtrain predict runs/bench-alexnet/bench.json --step-seconds 0.9 --batch-size 128 \\
+      --workers 8 --link-rate 48gbit --latency 1.4 --time-to-target runs/sweep/sweep.json
 """
 COLUMNS = ("model", "mode", "n_sync", "hierarchical", "workers", "link_rate", "images_per_sec",
            "efficiency", "communication_share")
@@ -73,6 +81,21 @@ def add_parser(commands) -> None:
                         help="leave out the hosts' floor measured by an unshaped BENCH_JSON "
                              "(exchange seconds, sync mode's extra compute): the bare "
                              "latency-bandwidth model")
+    parser.add_argument("--n-sync", default=None,
+                        help="periods to predict the local and async setups at, comma-separated "
+                             "(a round's bytes do not depend on it) (default: the bench's)")
+    parser.add_argument("--step-seconds", type=float, default=None,
+                        help="seconds of one worker's step without communication on the "
+                             "hardware to predict for (a published measurement), instead of "
+                             "the bench's own independent rows; the bench gives the bytes only, "
+                             "and its hosts' floor is left out (default: the bench's)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="examples per worker in a --step-seconds step (default: the "
+                             "bench's)")
+    parser.add_argument("--time-to-target", default=None, metavar="SWEEP_JSON",
+                        help="sweep.json of `hvdtrain sweep --target`: each setup's examples "
+                             "to the target over its predicted images/sec, as a speed-up in "
+                             "wall time over the one-worker run")
     parser.add_argument("--check", nargs="*", default=[], metavar="BENCH_JSON",
                         help="benches run with --link-rate: predict their rows and compare")
     parser.add_argument("--out", default=None,
@@ -154,6 +177,15 @@ def _setups(benches: list[dict]) -> list[tuple[str, int, bool]]:
     return list(found)
 
 
+def at_periods(setups: list[tuple[str, int, bool]], periods: list[int]) -> list[tuple]:
+    """The setups with each local and async one at every one of `periods` instead."""
+    out = {}
+    for mode, n_sync, hierarchical in setups:
+        for period in periods if mode in LOCAL_MODES else [n_sync]:
+            out[(mode, period, hierarchical)] = None
+    return list(out)
+
+
 def bench_workers_per_host(benches: list[dict]) -> int | None:
     """Workers per host of the benches' hierarchical rows (workers / host groups)."""
     return next((r["workers"] // r["hosts"] for bench in benches for r in bench["rows"]
@@ -227,41 +259,75 @@ def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
     bench = step_triggered(files.read_json(args.bench_json))
     shaped = [step_triggered(files.read_json(path)) for path in args.check]
-    work = workload(bench, args.overlap, floor=not args.no_floor)
+    floor = not args.no_floor and args.step_seconds is None  # a floor is this machine's
 
     def work_for(mode: str) -> Workload:
-        return workload(bench, args.overlap, floor=not args.no_floor, mode=mode)
+        return on_hardware(workload(bench, args.overlap, floor=floor, mode=mode), args)
 
+    work = work_for("sync")
     rates = [r.strip() for r in args.link_rate.split(",")]
     for rate in rates:
         parse_rate(rate)
     latency = args.latency * 1e-6
     host_link = Link(host_link_bits(args.host_link_rate), latency)
     hierarchy = Hierarchy(args.workers_per_host or bench_workers_per_host(shaped) or 8, host_link)
+    setups = _setups([bench, *shaped])
+    if args.n_sync is not None:
+        setups = at_periods(setups, parse_int_list(args.n_sync, "--n-sync"))
     rows = predictions(bench, work_for, parse_int_list(args.workers, "--workers"), rates,
-                       latency, args.workers_per_link, hierarchy, _setups([bench, *shaped]))
+                       latency, args.workers_per_link, hierarchy, setups)
     checked = [c for other in shaped for c in checks(work_for, other, latency, host_link)]
     out = args.out or os.path.dirname(os.path.abspath(args.bench_json))
     os.makedirs(out, exist_ok=True)
+    to_target = time_to_target(args.time_to_target, rows, work)
     files.write_json(os.path.join(out, "predict.json"), {
         "bench": args.bench_json, "workload": asdict(work), "latency_us": args.latency,
         "workers_per_link": args.workers_per_link, "workers_per_host": hierarchy.workers_per_host,
         "host_link_rate": args.host_link_rate,
-        "rows": rows, "checks": checked})
+        "rows": rows, "checks": checked, "time_to_target": to_target})
     files.write_csv(os.path.join(out, "predict.csv"), rows, COLUMNS)
     _plot(rows, os.path.join(out, "predict.png"))
     print(format_tables(rows, checked))
+    if to_target:
+        print("\n" + predicted_speedup.format_table(**to_target))
     print(f"hvdtrain: wrote predict.json, predict.csv and predict.png in {out}", flush=True)
     return 0
 
 
+def on_hardware(work: Workload, args: argparse.Namespace) -> Workload:
+    """`work` with the compute of --step-seconds and --batch-size, where given."""
+    if args.step_seconds is not None:
+        work = replace(work, compute_seconds=args.step_seconds, sync_extra=0.0)
+    if args.batch_size is not None:
+        work = replace(work, batch_per_worker=args.batch_size)
+    return work
+
+
+def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload) -> dict | None:
+    """The speed-up table's rows and what heads it, for --time-to-target."""
+    if sweep_path is None:
+        return None
+    found, target = predicted_speedup.examples_to_target(files.read_json(sweep_path), sweep_path)
+    alone = found.get(("sync", 1, 1))
+    if alone is None:
+        raise ConfigError(f"--time-to-target {sweep_path}: its one-worker run never reached "
+                          "the target, or the sweep has none (--workers 1,...)")
+    one_worker = work.batch_per_worker / work.compute_seconds
+    return {"rows": predicted_speedup.speedups(rows, found, one_worker), "target": target,
+            "alone_examples": alone, "alone_images_per_sec": one_worker}
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
-    for path in [args.bench_json, *args.check]:
+    for path in [args.bench_json, *args.check, *filter(None, [args.time_to_target])]:
         if not os.path.isfile(path):
             raise ConfigError(f"bench file not found: {path}")
     if args.latency < 0 or args.workers_per_link <= 0 or not 0 <= args.overlap <= 1:
         raise ConfigError(f"--latency must be >= 0, --workers-per-link > 0 and --overlap in [0, 1]; "
                           f"got {args.latency}, {args.workers_per_link} and {args.overlap}")
+    if (args.step_seconds is not None and args.step_seconds <= 0) or (
+            args.batch_size is not None and args.batch_size <= 0):
+        raise ConfigError(f"--step-seconds and --batch-size must be positive, got "
+                          f"{args.step_seconds} and {args.batch_size}")
     if args.workers_per_host is not None and args.workers_per_host < 2:
         raise ConfigError(f"--workers-per-host must be at least 2 (one worker a host is flat "
                           f"local SGD), got {args.workers_per_host}")
