@@ -22,6 +22,10 @@ from hvdtrain.errors import ConfigError
 # Set by horovodrun for every worker it starts (absent in a bare process and while an
 # elastic worker has not joined yet: then there is nothing to check).
 RANK, LOCAL_RANK, LOCAL_SIZE = "HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"
+SIZE = "HOROVOD_SIZE"
+# Set by `hvdtrain cluster` for its command, and passed on by horovodrun to every worker:
+# the emulated hosts are one machine, so all the job's workers share its cores and memory.
+SHARED_MACHINE = "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE"
 
 MIB = 1 << 20
 # The least a worker takes of its host's available memory: the smallest measured, a LeNet
@@ -48,8 +52,9 @@ def rendezvous_timeout(workers: int, cores: int) -> int | None:
 
 
 def launched_workers(environ: Mapping[str, str] = os.environ) -> int:
-    """The workers horovodrun started on this host (1 in a bare process)."""
-    return int(environ.get(LOCAL_SIZE, "1"))
+    """The workers horovodrun started on this machine (1 in a bare process): this host's,
+    or on emulated hosts (`SHARED_MACHINE`) the whole job's."""
+    return int(environ.get(SIZE if environ.get(SHARED_MACHINE) else LOCAL_SIZE, "1"))
 
 
 def mem_available(meminfo: str) -> int:

@@ -129,3 +129,8 @@ def test_the_image_spec_travels_to_the_supervisor_as_json(monkeypatch):
     image = dict(vars(SPEC), volumes=list(SPEC.volumes))
     spec = command.make_spec(args, {"unshare": "/usr/bin/unshare"}, image)
     assert ImageSpec.from_dict(spec["image"]) == SPEC
+
+
+def test_the_command_learns_that_every_hosts_workers_share_one_machine():
+    argv = containers.exec_command(SPEC, STATE, "h1", ["horovodrun", "-np", "2"], "/")
+    assert _after(argv, "--env") == ["HVDTRAIN_HOSTS_SHARE_ONE_MACHINE=1"]

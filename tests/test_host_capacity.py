@@ -88,3 +88,10 @@ def test_workers_crowded_on_few_cores_wait_twice_their_import_time_for_the_last_
 
 def test_the_launched_workers_are_horovodruns_local_size():
     assert launched_workers({}) == 1 and launched_workers({"HOROVOD_LOCAL_SIZE": "32"}) == 32
+
+
+def test_on_emulated_hosts_the_launched_workers_are_the_whole_jobs():
+    # 8 emulated hosts of 4: every one of the 32 workers shares this machine's cores.
+    env = {"HOROVOD_LOCAL_SIZE": "4", "HOROVOD_SIZE": "32"}
+    assert launched_workers(env) == 4
+    assert launched_workers({**env, "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE": "1"}) == 32

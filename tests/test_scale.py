@@ -49,6 +49,8 @@ def test_the_summary_counts_sixteen_workers_in_step(sixteen_workers):
         WORKERS, 16 * WORKERS, STEPS)
     assert summary["gradient_steps_averaged"] == STEPS and summary["mode"] == "sync"
     assert 0.0 <= summary["test_accuracy"] <= 1.0
+    # Unpinned, 16 workers share the machine's cores: rank 0's share is a sixteenth of them.
+    assert summary["cores_per_worker"] == round(len(os.sched_getaffinity(0)) / WORKERS, 3)
     assert all(r["summary"]["workers"] == WORKERS for r in reports)
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from hvdtrain.host_capacity import SHARED_MACHINE
+
 # Where the image keeps the pid of the command a run starts in h1's container, so that
 # SIGINT reaches the command itself: `podman exec` does not pass signals on.
 COMMAND_PID = "/tmp/hvdtrain-cluster-command.pid"
@@ -84,7 +86,7 @@ def workdir(cwd: str, volumes: tuple[str, ...]) -> str | None:
 
 def exec_command(spec: ImageSpec, state: str, name: str, command: list[str], cwd: str) -> list[str]:
     """`command` run in host `name`'s container, with its pid kept for signal_command."""
-    argv = [*podman_base(spec, state), "exec", "--interactive"]
+    argv = [*podman_base(spec, state), "exec", "--interactive", "--env", f"{SHARED_MACHINE}=1"]
     folder = workdir(cwd, spec.volumes)
     if folder:
         argv += ["--workdir", folder]

@@ -25,6 +25,7 @@ from hvdtrain.cluster.emulated import EmulatedCluster
 from hvdtrain.cluster.faults import Fault
 from hvdtrain.cluster.topology import Host
 from hvdtrain.files import write_json
+from hvdtrain.host_capacity import SHARED_MACHINE
 
 # After SIGINT/SIGTERM, the command gets this long to stop before everything is killed.
 GRACE_SECONDS = 10.0
@@ -89,6 +90,9 @@ def supervise(spec: dict) -> int:
     image = f" running {spec['image']['image']}" if spec.get("image") else ""
     print(f"hvdtrain cluster: {len(hosts)} hosts up ({', '.join(h.name for h in hosts)}){image}; "
           f"running on {LAUNCHER}: {' '.join(spec['command'])}", file=sys.stderr, flush=True)
+    # The hosts are one machine: workers size their share of it by the whole job's count
+    # (horovodrun passes the variable on to every worker, over ssh too).
+    os.environ[SHARED_MACHINE] = "1"
     command = cluster.launch(LAUNCHER, spec["command"])
     _forward_signals(command)
     timers = _schedule(cluster, faults, time.monotonic())

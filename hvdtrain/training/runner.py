@@ -21,6 +21,7 @@ import numpy as np
 from hvdtrain import comm, files
 from hvdtrain.config import TrainConfig, parse_shape
 from hvdtrain.cpu_cores import pin_worker, size_shared_pools
+from hvdtrain.host_capacity import launched_workers
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, PeerLostError
@@ -77,7 +78,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     if cfg.pin_cores:
         pin_worker(comm.local_rank(), comm.local_size())
     else:
-        size_shared_pools(comm.local_size())
+        size_shared_pools(launched_workers())
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
     devices = configure_devices(cfg.model_parallel, comm.local_rank())
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())

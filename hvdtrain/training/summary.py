@@ -10,6 +10,7 @@ import keras
 
 from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, PerWorkerPeriod, TrainConfig, parse_n_sync
+from hvdtrain.host_capacity import launched_workers
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
@@ -81,8 +82,10 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "peak_lr": world.schedule.peak_lr,
         "parameters": int(model.count_params()),
         "model_parallel": cfg.model_parallel,
-        # Rank 0's cores: all the machine lends it, or its share with --pin-cores.
-        "cores_per_worker": len(os.sched_getaffinity(0)),
+        # Rank 0's share of the cores: its own with --pin-cores; else the cores it may
+        # use over the workers of its machine that share them (0.062 at 32 on 2 cores).
+        "cores_per_worker": len(os.sched_getaffinity(0)) if cfg.pin_cores else
+        round(len(os.sched_getaffinity(0)) / launched_workers(), 3),
         **round_schedule(cfg, world.workers, comm.host_group().hosts),
         **topology(cfg, model, progress),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.
