@@ -152,7 +152,8 @@ class TrainConfig:
         True, "local mode: a round at every epoch end and before every evaluation, so each "
               "worker goes on from the consensus model. --no-epoch-rounds: rounds come only "
               "every --n-sync steps, as in Paine et al. (2013), whatever the epochs and "
-              "--eval-every; evaluations and epoch-end checkpoints take the workers' average "
+              "--eval-every; evaluations, and the epoch ends that save a checkpoint "
+              "(--checkpoint-every in epochs) or an elastic commit, take the workers' average "
               "(one allreduce) and each worker then goes on from its own weights. Needed for "
               "periods longer than an epoch: at 32 workers an epoch of Fashion-MNIST is 58 "
               "steps of 32", modes=("local",))

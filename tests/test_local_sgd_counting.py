@@ -44,9 +44,23 @@ def test_a_round_due_inside_an_execution_runs_at_its_end():
 def test_without_epoch_rounds_only_the_period_and_the_end_hold_rounds():
     local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False)
     _, history = _fit(local_sgd, 1)
-    # After steps 3, 6, ..., 18 and at the end (20); not at the first epoch's end (10).
+    # After steps 3, 6, ..., 18 and at the end (20, the last epoch's end); not at the
+    # first epoch's end (10).
     assert local_sgd.rounds == 7
-    assert history["averaging_rounds"] == [3, 6]
+    assert history["averaging_rounds"] == [3, 7]
+
+
+@pytest.mark.parametrize("every, shown", [(1, [10]), (2, []), (0, [])])
+def test_without_epoch_rounds_the_average_is_shown_at_the_epoch_ends_asked_for(every, shown):
+    local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False, epoch_average_every=every)
+    calls = []
+    show = local_sgd.show_average
+    local_sgd.show_average = lambda: (calls.append(local_sgd.progress.steps), show())[1]
+    _fit(local_sgd, 1)
+    # Epoch ends after steps 10 and 20, neither of them due (rounds after 9 and 18): the
+    # last one holds the end's round instead.
+    assert calls == shown
+    assert local_sgd.rounds == 7
 
 
 @pytest.mark.parametrize("timing", [{"overlap": True}, {"sync_seconds": 2.0, "batch_size": 4,

@@ -106,6 +106,9 @@ class LocalSGD(keras.callbacks.Callback):
         (one allreduce, no outer step) for the callbacks that evaluate and save it, and each
         worker takes its own state back before its next step. Needs blocking rounds by
         steps (not `overlap`, not `sync_seconds`); the end of training is still a round.
+      epoch_average_every: with `epoch_rounds=False`, show the average at every this
+        many epoch ends, where callbacks after this one save or commit the model (an
+        epoch checkpoint, an elastic commit); 0: at none (evaluations still see it).
       progress: the run's `TrainingProgress`, when another callback placed before
         this one advances it and sets the optimizer's step from it at every fit's start
         (hvdtrain's trainer does); by default this callback keeps its own step count,
@@ -138,7 +141,7 @@ class LocalSGD(keras.callbacks.Callback):
                  overlap: bool = False, sync_seconds: float | None = None,
                  batch_size: int | None = None, epoch_examples: int | None = None,
                  consensus_every: Sequence[int] = (), hierarchical: bool = False,
-                 epoch_rounds: bool = True, clock: Callable[[], float] = time.monotonic):
+                 epoch_rounds: bool = True, epoch_average_every: int = 1, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         if n_sync is None and sync_seconds is None:
             raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
@@ -161,6 +164,7 @@ class LocalSGD(keras.callbacks.Callback):
                                 f"steps, got overlap={overlap} and sync_seconds={sync_seconds!r}")
         self.hierarchical = hierarchical
         self.epoch_rounds = epoch_rounds
+        self.epoch_average_every = epoch_average_every
         self.n_sync = n_sync
         # "N/workers" is resolved for the workers of each fit (an elastic job may resize);
         # rounds every T seconds have no step period to resolve.
@@ -334,7 +338,10 @@ class LocalSGD(keras.callbacks.Callback):
                 f"after {self.progress.examples} of the {self.timed.epoch_end} examples that "
                 "end it for the job; give fit endless data (dataset.repeat()) and no "
                 "steps_per_epoch")
-        self.reach_consensus()
+        # The last epoch's end holds the end's round now, for its callbacks to save.
+        last, every = epoch + 1 == self.params.get("epochs"), self.epoch_average_every
+        if self.epoch_rounds or last or (every and (epoch + 1) % every == 0):
+            self.reach_consensus(final=last)
         if logs is not None:
             logs["averaging_rounds"] = self.rounds
             distances = self._epoch_distances

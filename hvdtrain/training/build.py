@@ -65,12 +65,20 @@ def state_callback(cfg: TrainConfig, model: keras.Model,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
             batch_size=cfg.batch_size, consensus_every=consensus_intervals(cfg),
-            hierarchical=cfg.hierarchical_sgd, epoch_rounds=cfg.epoch_rounds)
+            hierarchical=cfg.hierarchical_sgd, epoch_rounds=cfg.epoch_rounds,
+            epoch_average_every=epochs_saved_every(cfg))
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.
     callback.attach(model)
     return callback
+
+
+def epochs_saved_every(cfg: TrainConfig) -> int:
+    """Every how many epoch ends a callback saves the model (an epoch checkpoint) or
+    commits it (elastic: every epoch end); 0: none."""
+    unit, every = parse_interval(cfg.checkpoint_every)
+    return 1 if cfg.elastic else every if unit == "epochs" else 0
 
 
 def consensus_intervals(cfg: TrainConfig) -> tuple[int, ...]:
