@@ -433,24 +433,29 @@ class PerWorkerPeriod:
     # "hosts" (N/hosts): hierarchical local SGD, whose replicas are hosts, since the
     # workers of a host average every step and hold one model.
     per: str = "workers"
+    # N/workers:M: never fewer steps than M (a round of weights and momentum every 2
+    # steps moves as many bytes as sync mode's gradients every step).
+    minimum: int = 1
 
     def steps(self, workers: int, hosts: int = 1) -> int:
-        """ceil(worker_steps / workers), at least 1: 40/workers gives 20, 10, 5 and 3 steps
-        at 2, 4, 8 and 16 workers; N/hosts divides by the hosts instead."""
+        """ceil(worker_steps / workers), at least `minimum`: 40/workers gives 20, 10, 5 and
+        3 steps at 2, 4, 8 and 16 workers, 40/workers:5 gives 5 at 16; N/hosts divides by
+        the hosts instead."""
         count = hosts if self.per == "hosts" else workers
-        return max(1, -(-self.worker_steps // max(1, count)))
+        return max(self.minimum, -(-self.worker_steps // max(1, count)))
 
 
 def parse_n_sync(value: Any) -> int | AutoPeriod | PerWorkerPeriod:
     """100, "100" -> 100; "auto" -> AutoPeriod(); "auto:48" -> AutoPeriod(48);
-    "40/workers" -> PerWorkerPeriod(40); anything else raises ConfigError naming the value."""
+    "40/workers" -> PerWorkerPeriod(40); "40/workers:5" -> PerWorkerPeriod(40, minimum=5);
+    anything else raises ConfigError naming the value."""
     text = str(value).strip().lower().replace(" ", "")
     if isinstance(value, bool):
         text = ""
-    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)", text)
-    if match and match.group(3) and int(match.group(3)) > 0:
+    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)(?::(\d+))?", text)
+    if match and match.group(3) and int(match.group(3)) > 0 and match.group(5) != "0":
         per = "hosts" if match.group(4).startswith("host") else "workers"
-        return PerWorkerPeriod(int(match.group(3)), per)
+        return PerWorkerPeriod(int(match.group(3)), per, int(match.group(5) or 1))
     if match and match.group(1) and int(match.group(1)) > 0:
         return int(match.group(1))
     if match and not match.group(1) and not match.group(3):
@@ -458,7 +463,8 @@ def parse_n_sync(value: Any) -> int | AutoPeriod | PerWorkerPeriod:
         if initial > 0:
             return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial))
     raise ConfigError(f"--n-sync must be a positive integer, got {value!r} (or N/workers, "
-                      "N/hosts, auto, or auto:N to start the adaptive period at N)")
+                      "N/hosts, N/workers:M for at least M steps, auto, or auto:N to start "
+                      "the adaptive period at N)")
 
 
 def period_for(value: Any, workers: int, hosts: int = 1) -> int | AutoPeriod:

@@ -84,6 +84,12 @@ def test_a_period_per_worker_comes_to_the_ceiling_of_n_over_workers(value, worke
     assert period_for(12, workers) == 12 and period_for("auto", workers) == AutoPeriod()
 
 
+@pytest.mark.parametrize("workers, steps", [(2, 20), (8, 5), (16, 5), (32, 5)])
+def test_a_floor_after_the_colon_keeps_a_period_per_worker_from_shrinking_below_it(workers, steps):
+    assert parse_n_sync("40/workers:5") == PerWorkerPeriod(40, "workers", 5)
+    assert period_for("40/workers:5", workers) == steps
+
+
 def test_local_runs_default_to_forty_local_steps_over_the_workers_and_async_to_ten():
     assert load_config(None, {"mode": "local"}).resolved().n_sync == "40/workers"
     assert load_config(None, {"mode": "async"}).resolved().n_sync == "10/workers"
@@ -110,7 +116,8 @@ def test_a_bad_average_optimizer_state_is_named_in_one_line():
 
 
 @pytest.mark.parametrize("value", [0, "0", -3, 2.5, "often", "auto:0", "auto:", True,
-                                   "0/workers", "0/hosts", "40/racks", "/workers"])
+                                   "0/workers", "0/hosts", "40/racks", "/workers",
+                                   "40/workers:0", "40/workers:", "40/workers:x"])
 def test_a_bad_n_sync_is_named_in_one_line(value):
     with pytest.raises(ConfigError, match="--n-sync must be a positive integer, got"):
         load_config(None, {"mode": "local", "n_sync": value})
