@@ -39,7 +39,11 @@ AUTO_MIN_PERIOD = 2
 # fixed period fell behind at 8 workers. Async mode: every 10 (3 steps at 4 workers, 2
 # at 8), momentum not averaged; its rounds land a period late, so it needs a shorter
 # period. Both with local steps at no more than 4 workers' linearly scaled rate.
-DEFAULT_N_SYNC = {"local": "40/workers", "async": "10/workers"}
+# Local mode's floor of 5 steps: at 16 and 32 workers 40/workers gives 3 and 2, where a round
+# of weights and momentum moves 2/3 and all of sync mode's bytes; 5 steps ended 0.3 (16
+# workers) and 1.0 points (32) below those shorter periods, for 0.6 and 0.4 times their
+# bytes (BENCHMARKS.md, "Defaults at 16 and 32 workers"). Async mode's was not measured there.
+DEFAULT_N_SYNC = {"local": "40/workers:5", "async": "10/workers"}
 DEFAULT_LOCAL_LR_WORKERS = 4
 # The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here
 # so a typo is caught before TensorFlow is imported (tests check they match the registries).
@@ -130,7 +134,8 @@ class TrainConfig:
         "local and async modes: local steps between two weight averagings; N/workers: "
         "ceil(N / workers) steps, so the local steps between rounds summed over the workers "
         "stay N whatever -np is (40/workers: 10 steps at 4 workers, 5 at 8; 10/workers: 3 "
-        "and 2); auto: the period adapts to training, AdaComm's rule "
+        "and 2); N/workers:M: the same, never below M steps (40/workers:5: 5 at 8 workers "
+        "and beyond); auto: the period adapts to training, AdaComm's rule "
         "ceil(sqrt(loss / first loss) * 32) on the workers' averaged training loss since the "
         "last round, set anew at every round and never below 2 (auto:N starts from N)",
         modes=LOCAL_MODES, elsewhere="ignored", default_per_mode=DEFAULT_N_SYNC)

@@ -91,7 +91,7 @@ def test_a_floor_after_the_colon_keeps_a_period_per_worker_from_shrinking_below_
 
 
 def test_local_runs_default_to_forty_local_steps_over_the_workers_and_async_to_ten():
-    assert load_config(None, {"mode": "local"}).resolved().n_sync == "40/workers"
+    assert load_config(None, {"mode": "local"}).resolved().n_sync == "40/workers:5"
     assert load_config(None, {"mode": "async"}).resolved().n_sync == "10/workers"
     assert load_config(None, {"mode": "sync"}).n_sync is None  # unused: nothing to resolve
     given = load_config(None, {"mode": "async", "n_sync": "80/workers"})
@@ -154,7 +154,8 @@ def test_local_sgd_resolves_a_period_per_worker_for_its_workers():
 
 @pytest.mark.parametrize("overrides, workers, warns", [
     (dict(mode="local"), 8, False),                    # 5 steps, a round moves 2x the weights
-    (dict(mode="local"), 20, True),                    # 2 steps: as many bytes as sync
+    (dict(mode="local"), 32, False),                   # the default's floor: 5 steps
+    (dict(mode="local", n_sync="40/workers"), 20, True),  # 2 steps: as many bytes as sync
     (dict(mode="local", average_optimizer_state=False), 20, False),
     (dict(mode="async", n_sync=2, momentum=0.0), 4, False),  # no slots: half of sync's bytes
     (dict(mode="local", n_sync=3, optimizer="adam"), 4, True),  # weights and two moments

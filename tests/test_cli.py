@@ -20,7 +20,7 @@ def test_help_documents_every_option_with_its_default(capsys, monkeypatch):
         assert "--" + f.name.replace("_", "-") in text
         assert " ".join(f.metadata["help"].split()) in text
     assert "(default: 64)" in text and "(default: cosine)" in text and "--config FILE.yaml" in text
-    assert "(default: 40/workers in local mode, 10/workers in async mode)" in text
+    assert "(default: 40/workers:5 in local mode, 10/workers in async mode)" in text
     assert "29% of LeNet's" in text
     # A switch whose default depends on the mode says so, not "off".
     switch = text.split("--no-average-optimizer-state ")[1].split(" --")[0]

@@ -144,6 +144,6 @@ def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
     assert cfg.n_sync is None and plan_resume(cfg).checkpoint is None
     # A local run's period is what it trains by: a different one is refused in one line.
     (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 10\n")
-    with pytest.raises(ConfigError, match="--n-sync is '40/workers' but the run was started "
+    with pytest.raises(ConfigError, match="--n-sync is '40/workers:5' but the run was started "
                                           "with 10"):
         plan_resume(load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved())

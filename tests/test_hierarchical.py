@@ -84,7 +84,7 @@ def test_a_period_in_hosts_divides_by_the_hosts():
     assert period_for("40/workers", workers=8, hosts=4) == 5
 
 
-@pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts"), ("async", "10/hosts")])
+@pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts:5"), ("async", "10/hosts")])
 def test_the_default_period_counts_hosts_when_hierarchical(mode, n_sync):
     assert load_config(None, {"mode": mode, "hierarchical_sgd": True}).resolved().n_sync == n_sync
 

@@ -101,8 +101,8 @@ def test_a_timed_runs_summary_records_its_period_in_seconds_and_no_step_period()
     assert round_schedule(load_config(None, dict(mode="local", n_sync=7)), 4, 1) == {"n_sync": 7}
     assert round_schedule(load_config(None, dict(mode="sync")), 4, 1) == {"n_sync": 1}
     # The default period is a rule: the summary gives the steps it came to, and the rule.
-    assert round_schedule(load_config(None, dict(mode="local")).resolved(), 8, 1) == \
-        {"n_sync": 5, "n_sync_rule": "40/workers"}
+    assert round_schedule(load_config(None, dict(mode="local")).resolved(), 32, 1) == \
+        {"n_sync": 5, "n_sync_rule": "40/workers:5"}
     hierarchical = dict(mode="local", n_sync="40/hosts", hierarchical_sgd=True)
     assert round_schedule(load_config(None, hierarchical).resolved(), 8, 4) == \
         {"n_sync": 10, "n_sync_rule": "40/hosts"}

@@ -40,8 +40,8 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
 def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
     """A line for rank 0 when local rounds would move at least as many bytes as sync mode:
     a round carries the weights and any averaged optimizer slots, sync mode the gradients
-    every step, so a period no longer than 1 + slots saves nothing. A default that follows
-    the workers (40/workers) reaches that at about 20 workers."""
+    every step, so a period no longer than 1 + slots saves nothing. Local mode's default
+    stops at 5 steps (40/workers:5); async mode's (10/workers) reaches 1 step at 10 workers."""
     if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or workers < 2 \
             or cfg.hierarchical_sgd:  # a round crosses hosts; sync's gradients would too
         return None
