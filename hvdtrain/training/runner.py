@@ -21,7 +21,6 @@ import numpy as np
 from hvdtrain import comm, files
 from hvdtrain.config import TrainConfig, parse_shape
 from hvdtrain.cpu_cores import pin_worker, size_shared_pools
-from hvdtrain.host_capacity import launched_workers
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, PeerLostError
@@ -78,7 +77,9 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     if cfg.pin_cores:
         pin_worker(comm.local_rank(), comm.local_size())
     else:
-        size_shared_pools(launched_workers())
+        # This host's workers, not the job's on emulated hosts: a hierarchical or elastic
+        # start has run TensorFlow's runtime by now, and its pools can no longer change.
+        size_shared_pools(comm.local_size())
     # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
     devices = configure_devices(cfg.model_parallel, comm.local_rank())
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())
