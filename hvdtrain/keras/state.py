@@ -226,14 +226,17 @@ class ModelStateAverager:
         """What a round hands to allreduce now: nothing with one worker, where it is skipped."""
         return self.payload_bytes if comm.size() > 1 else 0
 
-    def _round_fn(self):
-        """The traced round for the current workers. The rank and the number of workers
-        are baked into the graph, so an elastic job that resized gets a new one."""
+    def _retrace_if_resized(self) -> None:
+        """The traced round and mean for the current workers. The rank and the number of
+        workers are baked into the graphs, so an elastic job that resized gets new ones."""
         world = (comm.rank(), comm.size())
         if self._traced_for != world:
             self._average_fn = tf.function(self._average)
             self._mean_fn = tf.function(lambda values: self.exchange(values, name="state_view"))
             self._traced_for = world
+
+    def _round_fn(self):
+        self._retrace_if_resized()
         return self._average_fn
 
     def trace(self, apply_outer: bool = True, take_chief: bool = False) -> None:
@@ -273,7 +276,7 @@ class ModelStateAverager:
         reference stay the last round's, so the next round is as if this never happened."""
         own = read(self.variables)
         if own and comm.size() > 1:
-            self._round_fn()  # the traced functions for the current workers
+            self._retrace_if_resized()
             assign(self.variables, self._mean_fn(own))
         return own
 
