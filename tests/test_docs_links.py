@@ -152,7 +152,9 @@ def test_every_guide_starts_with_its_commands(guide):
 # does not have: its checkouts and virtualenv (/work/..., /home/...), an absolute folder
 # set as PATH or PYTHONPATH, and its CPU lock (/tmp/hvdtrain-...). Commands name folders
 # of the reader's checkout instead ($PWD/.venv/bin, relative paths).
-MACHINE_PATH = re.compile(r"(?<![\w$}.~])/(?:work|home)/\S*|\b(?:PYTHON)?PATH=/\S*|/tmp/hvdtrain-\S*")
+MACHINE_PATH = re.compile(r"(?<![\w$}.~])/(?:work|home)/\S*"   # checkouts, venvs
+                          r"|\b(?:PYTHON)?PATH=/\S*"            # an absolute folder on a path
+                          r"|/tmp/hvdtrain-\S*")                  # the machine's CPU lock
 
 
 def machine_paths(path: str) -> list[str]:
