@@ -1,12 +1,16 @@
-"""The Markdown a user reads: every relative link and #anchor resolves, and every guide
-the README sends a user to starts with the commands it is about."""
+"""The Markdown a user reads: every relative link and #anchor resolves, every guide the
+README sends a user to starts with the commands it is about, no page names a folder of
+the machine it was written on, and the option table names every option of `train`."""
 
+import dataclasses
 import os
 import re
 import subprocess
 from urllib.parse import unquote
 
 import pytest
+
+from hvdtrain.config import TrainConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -175,3 +179,11 @@ def test_a_machine_path_is_told_from_a_readers_folder():
 @pytest.mark.parametrize("path", tracked_markdown())
 def test_no_page_names_a_folder_of_the_machine_it_was_measured_on(path):
     assert machine_paths(path) == []
+
+
+def test_the_configuration_page_names_every_option_of_train():
+    with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    options = ["--config", "--verbose"] + [
+        "--" + option.name.replace("_", "-") for option in dataclasses.fields(TrainConfig)]
+    assert [option for option in options if f"`{option}`" not in page] == []
