@@ -45,8 +45,8 @@ test-cluster: setup
 
 # hvdtrain:cpu from docker/Dockerfile.cpu, with podman or docker (launch/image.sh; as root it
 # installs podman when neither runs). BASE=debootstrap: the Python base from Debian's
-# packages, where no image registry is reachable. About 10 minutes the first time here,
-# seconds after.
+# packages, where no image registry is reachable. About 6 minutes the first time here
+# (6.2 measured: docker/README.md), seconds after.
 image:
 	BASE=$(BASE) bash launch/image.sh
 

@@ -187,7 +187,7 @@ class TrainConfig:
                "several workers: the workers of one host average gradients every step, as sync "
                "mode does, in a Horovod process set of their own, and the hosts' models are "
                "averaged every --n-sync steps. The linear scaling rule counts a host's workers; "
-               "the default period counts hosts (40/hosts in local mode, 10/hosts in async)",
+               "the default period counts hosts (40/hosts:5 in local mode, 10/hosts in async)",
         modes=LOCAL_MODES)
 
     pin_cores: bool = _opt(

@@ -6,6 +6,7 @@ test every image build ends with is run here on the host.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
@@ -130,10 +131,30 @@ def test_gpu_image_builds_horovod_with_nccl_and_mpi_on_cuda_12_5_and_python_3_12
     assert efa.startswith('if [ "$EFA" = 1 ]') and "aws-ofi-nccl" in efa
 
 
-def test_build_context_leaves_out_the_venv_and_run_folders():
+def left_out_of_the_build_context(path: str) -> bool:
+    """Whether a .dockerignore pattern matches `path` or a folder above it (Docker's
+    matching, but for `*` crossing a `/`, which these patterns never rely on)."""
     with open(os.path.join(ROOT, ".dockerignore")) as f:
-        ignored = {line.strip() for line in f if line.strip() and not line.startswith("#")}
-    assert {".venv", "runs", ".git"} <= ignored
+        patterns = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatchcase(prefix, pattern) for pattern in patterns for prefix in prefixes)
+
+
+@pytest.mark.parametrize("path", [
+    ".venv/bin/python", ".venv-gpu/bin/python", "runs/demo/summary.json",
+    "shared/run/checkpoints/step-30/meta.json",  # docker/README.md's recipe writes its runs here
+    "build/lib/hvdtrain/cli.py", "dist/hvdtrain-0.1.tar.gz", "hvdtrain.egg-info/PKG-INFO",
+    "hvdtrain/__pycache__/cli.cpython-311.pyc", ".git/HEAD", "train.log"])
+def test_build_context_leaves_out_venvs_run_folders_and_build_outputs(path):
+    assert left_out_of_the_build_context(path)
+
+
+@pytest.mark.parametrize("path", [
+    "hvdtrain/cli.py", "launch/install.sh", "launch/patches", "docker/smoke_test.py",
+    "docker/start-sshd.sh", "pyproject.toml", "setup.cfg"])
+def test_build_context_keeps_what_the_image_installs_and_runs(path):
+    assert not left_out_of_the_build_context(path)
 
 
 def test_install_script_refuses_a_gpu_build_without_cuda_before_doing_anything(tmp_path):

@@ -1,12 +1,16 @@
-"""The Markdown a user reads: every relative link and #anchor resolves, and every guide
-the README sends a user to starts with the commands it is about."""
+"""The Markdown a user reads: every relative link and #anchor resolves, every guide the
+README sends a user to starts with the commands it is about, no page names a folder of
+the machine it was written on, and the option table names every option of `train`."""
 
+import dataclasses
 import os
 import re
 import subprocess
 from urllib.parse import unquote
 
 import pytest
+
+from hvdtrain.config import TrainConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -146,3 +150,40 @@ def test_every_guide_starts_with_its_commands(guide):
     opening = lines[1:1 + COMMANDS_WITHIN]
     assert any(re.match(r"^```(sh|bash|console)\s*$", line) for line in opening), (
         f"{guide}: no command block within {COMMANDS_WITHIN} lines of the title")
+
+
+# Folders of the machine the docs were written and measured on, which a reader's machine
+# does not have: its checkouts and virtualenv (/work/..., /home/...), an absolute folder
+# set as PATH or PYTHONPATH, and its CPU lock (/tmp/hvdtrain-...). Commands name folders
+# of the reader's checkout instead ($PWD/.venv/bin, relative paths).
+MACHINE_PATH = re.compile(r"(?<![\w$}.~])/(?:work|home)/\S*"   # checkouts, venvs
+                          r"|\b(?:PYTHON)?PATH=/\S*"            # an absolute folder on a path
+                          r"|/tmp/hvdtrain-\S*")                  # the machine's CPU lock
+
+
+def machine_paths(path: str) -> list[str]:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    return [f"{path}:{number}: {match.group(0)}" for number, line in enumerate(lines, start=1)
+            for match in MACHINE_PATH.finditer(line)]
+
+
+def test_a_machine_path_is_told_from_a_readers_folder():
+    assert MACHINE_PATH.findall("export PYTHONPATH=/work/wt37 PATH=/work/main/.venv/bin:$PATH") == [
+        "PYTHONPATH=/work/wt37", "PATH=/work/main/.venv/bin:$PATH"]
+    assert MACHINE_PATH.findall("flock /tmp/hvdtrain-cpu.lock sh") == ["/tmp/hvdtrain-cpu.lock"]
+    assert MACHINE_PATH.findall('sudo env PATH="$PWD/.venv/bin:$PATH" --volume $PWD/shared '
+                                "-v ~/hvd-ssh:/root/.ssh:ro runs/work/x") == []
+
+
+@pytest.mark.parametrize("path", tracked_markdown())
+def test_no_page_names_a_folder_of_the_machine_it_was_measured_on(path):
+    assert machine_paths(path) == []
+
+
+def test_the_configuration_page_names_every_option_of_train():
+    with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    options = ["--config", "--verbose"] + [
+        "--" + option.name.replace("_", "-") for option in dataclasses.fields(TrainConfig)]
+    assert [option for option in options if f"`{option}`" not in page] == []

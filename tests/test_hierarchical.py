@@ -7,13 +7,14 @@ machine (horovodrun counts localhost and 127.0.0.1 as two hostnames).
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data
-from hvdtrain.config import PerWorkerPeriod, load_config, parse_n_sync, period_for
+from hvdtrain.config import PerWorkerPeriod, TrainConfig, load_config, parse_n_sync, period_for
 from hvdtrain.errors import ConfigError
 
 PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
@@ -85,8 +86,10 @@ def test_a_period_in_hosts_divides_by_the_hosts():
 
 
 @pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts:5"), ("async", "10/hosts")])
-def test_the_default_period_counts_hosts_when_hierarchical(mode, n_sync):
+def test_the_default_period_counts_hosts_when_hierarchical_and_the_help_says_which(mode, n_sync):
     assert load_config(None, {"mode": mode, "hierarchical_sgd": True}).resolved().n_sync == n_sync
+    option = next(f for f in fields(TrainConfig) if f.name == "hierarchical_sgd")
+    assert f"{n_sync} in {mode}" in option.metadata["help"]
 
 
 @pytest.mark.parametrize("overrides, message", [
