@@ -13,8 +13,9 @@ import pytest
 
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data
-from hvdtrain.config import PerWorkerPeriod, load_config, parse_n_sync, period_for
+from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
+from hvdtrain.periods import PerWorkerPeriod, parse_period, resolve_period
 
 PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
              momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
@@ -79,9 +80,9 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
 # --- configuration ---
 
 def test_a_period_in_hosts_divides_by_the_hosts():
-    assert parse_n_sync("40/hosts") == PerWorkerPeriod(40, "hosts")
-    assert period_for("40/hosts", workers=8, hosts=4) == 10
-    assert period_for("40/workers", workers=8, hosts=4) == 5
+    assert parse_period("40/hosts") == PerWorkerPeriod(40, "hosts")
+    assert resolve_period("40/hosts", workers=8, hosts=4) == 10
+    assert resolve_period("40/workers", workers=8, hosts=4) == 5
 
 
 @pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts:5"), ("async", "10/hosts")])
@@ -100,3 +101,4 @@ def test_the_default_period_counts_hosts_when_hierarchical(mode, n_sync):
 def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_config(None, overrides)
+

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, TrainConfig, period_for
+from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
+from hvdtrain.periods import resolve_period
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
@@ -46,7 +47,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
             or cfg.hierarchical_sgd:  # a round crosses hosts; sync's gradients would too
         return None
     cfg = cfg.resolved()
-    period = period_for(cfg.n_sync, workers)
+    period = resolve_period(cfg.n_sync, workers, 1)  # hierarchical runs returned above
     slots = 0
     if cfg.average_optimizer_state:
         slots = 2 if cfg.optimizer == "adam" else int(cfg.momentum > 0)
