@@ -278,69 +278,16 @@ class TrainConfig:
 
     def validate_values(self) -> "TrainConfig":
         """Raise ConfigError naming the first bad option and its value."""
-        _positive_int(self, "epochs")
-        _positive_int(self, "batch_size")
-        n_sync_period(self)
-        _positive_int(self, "image_size")
-        _positive_int(self, "keep_checkpoints")
-        _positive_int(self, "model_parallel")
-        if self.model_parallel not in (1, 2):
-            raise ConfigError(f"--model-parallel must be 1 or 2, got {self.model_parallel}")
-        if self.model_parallel == 2 and self.model != "alexnet-2col":
-            raise ConfigError(f"--model-parallel 2 needs --model alexnet-2col, got --model {self.model}")
-        _positive_int(self, "elastic_commit_every")
-        if self.elastic and not self.out:
-            raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
-        _non_negative_float(self, "step_timeout")
-        _non_negative_float(self, "log_every")
-        parse_interval(self.checkpoint_every)
-        if self.steps_per_epoch is not None:
-            _positive_int(self, "steps_per_epoch")
-        if self.train_examples is not None:
-            _positive_int(self, "train_examples")
-        _non_negative_int(self, "warm_start_steps")
-        _non_negative_int(self, "local_lr_workers")
-        _non_negative_int(self, "eval_every")
-        if self.eval_examples is not None:
-            _positive_int(self, "eval_examples")
-        _non_negative_int(self, "seed")
-        _positive_float(self, "base_lr")
-        _non_negative_float(self, "warmup_epochs")
-        _non_negative_float(self, "weight_decay")
-        _bucket_spec(self)
-        _fraction(self, "momentum")
-        _fraction(self, "outer_momentum")
-        _positive_float(self, "outer_lr")
-        for name in ("model", "dataset", "optimizer", "lr_decay", "mode", "outer_optimizer",
-                     "warm_start"):
-            choices = _field(name).metadata["choices"]
-            if getattr(self, name) not in choices:
-                raise ConfigError(f"{option_flag(name)} must be one of {', '.join(choices)}, "
-                                  f"got {getattr(self, name)!r}")
-        parse_shape(self.synthetic_shape)
-
-        for name, default in refused_in(self.mode):
-            if getattr(self, name) != default:
-                modes = " or ".join(_field(name).metadata["modes"])
-                raise ConfigError(
-                    f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "
-                    f"{getattr(self, name)} with --mode {self.mode}")
-        if self.warm_start == "single" and self.warm_start_steps == 0:
-            raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
-                              "--warm-start-steps 0")
-        if self.outer_optimizer == "none" and (self.outer_lr != 1.0 or self.outer_momentum != 0.0):
-            raise ConfigError(
-                "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
-                f"got --outer-lr {self.outer_lr} --outer-momentum {self.outer_momentum} "
-                "with --outer-optimizer none")
+        _check_numbers(self)
+        _check_formats(self)
+        _check_choices(self)
+        _check_mode_options(self)
+        _check_dependent_options(self)
         if self.mode == "async":
             _check_async(self)
         if self.sync_seconds is not None:
             _check_timed(self)
         _check_hierarchical(self)
-        if self.nesterov and (self.optimizer != "sgd" or self.momentum == 0):
-            raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
-                              f"got --optimizer {self.optimizer} --momentum {self.momentum}")
         return self
 
 
@@ -361,6 +308,69 @@ def refused_in(mode: str) -> tuple[tuple[str, Any], ...]:
     it unused): a run of `mode` refuses any other, and a sweep's runs put them back to it."""
     return tuple((f.name, f.default) for f in dataclasses.fields(TrainConfig)
                  if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "refused")
+
+
+def _check_numbers(cfg: TrainConfig) -> None:
+    """Each number within its range; None, for the options that take it, leaves one unset."""
+    for check, names in (
+            (_positive_int, ("epochs", "batch_size", "image_size", "keep_checkpoints",
+                             "model_parallel", "elastic_commit_every")),
+            (_non_negative_int, ("warm_start_steps", "local_lr_workers", "eval_every", "seed")),
+            (_positive_float, ("base_lr", "outer_lr")),
+            (_non_negative_float, ("step_timeout", "log_every", "warmup_epochs", "weight_decay")),
+            (_fraction, ("momentum", "outer_momentum"))):
+        for name in names:
+            check(cfg, name)
+    for name in ("steps_per_epoch", "train_examples", "eval_examples"):
+        if getattr(cfg, name) is not None:
+            _positive_int(cfg, name)
+
+
+def _check_formats(cfg: TrainConfig) -> None:
+    """The options written in a small language of their own: each must parse."""
+    n_sync_period(cfg)
+    parse_interval(cfg.checkpoint_every)
+    _bucket_spec(cfg)
+    parse_shape(cfg.synthetic_shape)
+
+
+def _check_choices(cfg: TrainConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        choices = f.metadata["choices"]
+        if choices is not None and getattr(cfg, f.name) not in choices:
+            raise ConfigError(f"{option_flag(f.name)} must be one of {', '.join(choices)}, "
+                              f"got {getattr(cfg, f.name)!r}")
+
+
+def _check_mode_options(cfg: TrainConfig) -> None:
+    """An option the mode does not use must keep the value that leaves it unused."""
+    for name, default in refused_in(cfg.mode):
+        if getattr(cfg, name) != default:
+            modes = " or ".join(_field(name).metadata["modes"])
+            raise ConfigError(
+                f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "
+                f"{getattr(cfg, name)} with --mode {cfg.mode}")
+
+
+def _check_dependent_options(cfg: TrainConfig) -> None:
+    """Options that need a value of another, refused in one line each."""
+    if cfg.model_parallel not in (1, 2):
+        raise ConfigError(f"--model-parallel must be 1 or 2, got {cfg.model_parallel}")
+    if cfg.model_parallel == 2 and cfg.model != "alexnet-2col":
+        raise ConfigError(f"--model-parallel 2 needs --model alexnet-2col, got --model {cfg.model}")
+    if cfg.elastic and not cfg.out:
+        raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
+    if cfg.warm_start == "single" and cfg.warm_start_steps == 0:
+        raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
+                          "--warm-start-steps 0")
+    if cfg.outer_optimizer == "none" and (cfg.outer_lr != 1.0 or cfg.outer_momentum != 0.0):
+        raise ConfigError(
+            "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
+            f"got --outer-lr {cfg.outer_lr} --outer-momentum {cfg.outer_momentum} "
+            "with --outer-optimizer none")
+    if cfg.nesterov and (cfg.optimizer != "sgd" or cfg.momentum == 0):
+        raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
+                          f"got --optimizer {cfg.optimizer} --momentum {cfg.momentum}")
 
 
 def _check_async(cfg: "TrainConfig") -> None:
