@@ -110,3 +110,7 @@ def period_label(spec: Any, workers: int, hosts: int) -> int | str:
     period = resolve_period(spec, workers, hosts)
     return period if isinstance(period, int) else str(spec)
 
+
+def job_size(workers: int, hosts: int) -> str:
+    """What a period was resolved for, as messages say it: "1 worker", "8 workers on 4 hosts"."""
+    return f"{workers} worker{'s' * (workers != 1)}" + (f" on {hosts} hosts" if hosts > 1 else "")

@@ -172,7 +172,7 @@ def test_rank_0_warns_when_local_rounds_would_move_as_many_bytes_as_sync(overrid
                                                                            warns):
     from hvdtrain.training.world import costly_period_warning
 
-    warning = costly_period_warning(load_config(None, overrides), workers)
+    warning = costly_period_warning(load_config(None, overrides), workers, 1)
     assert (warning is not None) == warns
     if warns:
         assert warning.startswith("hvdtrain: warning: --n-sync") and "\n" not in warning

@@ -102,3 +102,21 @@ def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, messa
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_config(None, overrides)
 
+
+@pytest.mark.parametrize("n_sync, workers, hosts, warns", [
+    ("40/hosts", 40, 20, True),   # 2 steps: a round of weights and momentum every 2 steps
+    ("40/hosts", 40, 4, False),   # 10 steps
+    (None, 40, 20, False),        # the default, 40/hosts:5: never below 5 steps
+    (1, 8, 2, True),              # the weights and momentum between the hosts every step
+    (1, 8, 1, False),             # one host: no round crosses hosts
+])
+def test_rank_0_warns_when_hierarchical_rounds_move_as_many_bytes_between_hosts_as_sync(
+        n_sync, workers, hosts, warns):
+    from hvdtrain.training.world import costly_period_warning
+
+    cfg = load_config(None, dict(mode="local", hierarchical_sgd=True, n_sync=n_sync))
+    warning = costly_period_warning(cfg, workers, hosts)
+    assert (warning is not None) == warns
+    if n_sync == "40/hosts" and warns:
+        assert warning.startswith("hvdtrain: warning: --n-sync 40/hosts is 2 step(s) at 40 "
+                                  "workers on 20 hosts, and each round moves 2x the weights")

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.periods import AutoPeriod, PeriodError, resolve_period
+from hvdtrain.periods import AutoPeriod, PeriodError, job_size, resolve_period
 
 
 @pytest.mark.parametrize("spec, workers, hosts, steps", [
@@ -39,6 +39,12 @@ def test_a_bad_period_raises_its_own_error_which_names_no_flag(spec):
     assert isinstance(bad.value, ConfigError) and isinstance(bad.value, ValueError)
     assert str(bad.value).startswith(f"a period must be a positive integer, got {spec!r}")
     assert "--" not in str(bad.value)
+
+
+def test_messages_name_the_job_a_period_was_resolved_for():
+    assert job_size(1, 1) == "1 worker"
+    assert job_size(8, 1) == "8 workers"
+    assert job_size(8, 4) == "8 workers on 4 hosts"
 
 
 @pytest.mark.parametrize("module", ["hvdtrain.periods", "hvdtrain.costmodel"])

@@ -191,7 +191,7 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, star
     elif cfg.init_weights:
         on_chief(lambda: load_initial_weights(model, cfg.init_weights), name="init_weights")
     if comm.is_chief():
-        warning = costly_period_warning(cfg, world.workers)
+        warning = costly_period_warning(cfg, world.workers, comm.host_group().hosts)
         if warning:
             print(warning, flush=True)
     start_folder = partial(run_folder.start, cfg.out, cfg.save_yaml, progress.examples)
