@@ -20,19 +20,14 @@ import yaml
 
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.errors import ConfigError
+from hvdtrain.periods import LOCAL_MODES, AutoPeriod, PerWorkerPeriod, PeriodError, parse_period
 
-MODES = ("sync", "local", "async")
-# Modes that average the workers' state every --n-sync steps instead of gradients every step.
-LOCAL_MODES = ("local", "async")
+# sync averages gradients every step; the local modes, the workers' state every period.
+MODES = ("sync", *LOCAL_MODES)
 OPTIMIZERS = ("sgd", "adam")
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 WARM_STARTS = ("sync", "single")
-# --n-sync auto: AdaComm's rule (hvdtrain.averaging.adacomm_period) from this first period
-# down to this minimum; "auto:N" starts from N. Why these values: docs/choosing-a-mode.md,
-# and the first time-to-accuracy measurements in docs/benchmarks/history.md.
-AUTO_INITIAL_PERIOD = 32
-AUTO_MIN_PERIOD = 2
 # Local and async defaults chosen from time-to-accuracy runs at 2, 4 and 8 workers
 # (BENCHMARKS.md, "Time to accuracy"). Local mode: a round after every 40 local steps
 # summed over the workers (10 steps at 4 workers, 5 at 8), averaging the momentum too; a
@@ -283,70 +278,16 @@ class TrainConfig:
 
     def validate_values(self) -> "TrainConfig":
         """Raise ConfigError naming the first bad option and its value."""
-        _positive_int(self, "epochs")
-        _positive_int(self, "batch_size")
-        if self.n_sync is not None:
-            parse_n_sync(self.n_sync)
-        _positive_int(self, "image_size")
-        _positive_int(self, "keep_checkpoints")
-        _positive_int(self, "model_parallel")
-        if self.model_parallel not in (1, 2):
-            raise ConfigError(f"--model-parallel must be 1 or 2, got {self.model_parallel}")
-        if self.model_parallel == 2 and self.model != "alexnet-2col":
-            raise ConfigError(f"--model-parallel 2 needs --model alexnet-2col, got --model {self.model}")
-        _positive_int(self, "elastic_commit_every")
-        if self.elastic and not self.out:
-            raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
-        _non_negative_float(self, "step_timeout")
-        _non_negative_float(self, "log_every")
-        parse_interval(self.checkpoint_every)
-        if self.steps_per_epoch is not None:
-            _positive_int(self, "steps_per_epoch")
-        if self.train_examples is not None:
-            _positive_int(self, "train_examples")
-        _non_negative_int(self, "warm_start_steps")
-        _non_negative_int(self, "local_lr_workers")
-        _non_negative_int(self, "eval_every")
-        if self.eval_examples is not None:
-            _positive_int(self, "eval_examples")
-        _non_negative_int(self, "seed")
-        _positive_float(self, "base_lr")
-        _non_negative_float(self, "warmup_epochs")
-        _non_negative_float(self, "weight_decay")
-        _bucket_spec(self)
-        _fraction(self, "momentum")
-        _fraction(self, "outer_momentum")
-        _positive_float(self, "outer_lr")
-        for name in ("model", "dataset", "optimizer", "lr_decay", "mode", "outer_optimizer",
-                     "warm_start"):
-            choices = _field(name).metadata["choices"]
-            if getattr(self, name) not in choices:
-                raise ConfigError(f"{option_flag(name)} must be one of {', '.join(choices)}, "
-                                  f"got {getattr(self, name)!r}")
-        parse_shape(self.synthetic_shape)
-
-        for name, default in refused_in(self.mode):
-            if getattr(self, name) != default:
-                modes = " or ".join(_field(name).metadata["modes"])
-                raise ConfigError(
-                    f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "
-                    f"{getattr(self, name)} with --mode {self.mode}")
-        if self.warm_start == "single" and self.warm_start_steps == 0:
-            raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
-                              "--warm-start-steps 0")
-        if self.outer_optimizer == "none" and (self.outer_lr != 1.0 or self.outer_momentum != 0.0):
-            raise ConfigError(
-                "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
-                f"got --outer-lr {self.outer_lr} --outer-momentum {self.outer_momentum} "
-                "with --outer-optimizer none")
+        _check_numbers(self)
+        _check_formats(self)
+        _check_choices(self)
+        _check_mode_options(self)
+        _check_dependent_options(self)
         if self.mode == "async":
             _check_async(self)
         if self.sync_seconds is not None:
             _check_timed(self)
         _check_hierarchical(self)
-        if self.nesterov and (self.optimizer != "sgd" or self.momentum == 0):
-            raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
-                              f"got --optimizer {self.optimizer} --momentum {self.momentum}")
         return self
 
 
@@ -369,6 +310,69 @@ def refused_in(mode: str) -> tuple[tuple[str, Any], ...]:
                  if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "refused")
 
 
+def _check_numbers(cfg: TrainConfig) -> None:
+    """Each number within its range; None, for the options that take it, leaves one unset."""
+    for check, names in (
+            (_positive_int, ("epochs", "batch_size", "image_size", "keep_checkpoints",
+                             "model_parallel", "elastic_commit_every")),
+            (_non_negative_int, ("warm_start_steps", "local_lr_workers", "eval_every", "seed")),
+            (_positive_float, ("base_lr", "outer_lr")),
+            (_non_negative_float, ("step_timeout", "log_every", "warmup_epochs", "weight_decay")),
+            (_fraction, ("momentum", "outer_momentum"))):
+        for name in names:
+            check(cfg, name)
+    for name in ("steps_per_epoch", "train_examples", "eval_examples"):
+        if getattr(cfg, name) is not None:
+            _positive_int(cfg, name)
+
+
+def _check_formats(cfg: TrainConfig) -> None:
+    """The options written in a small language of their own: each must parse."""
+    n_sync_period(cfg)
+    parse_interval(cfg.checkpoint_every)
+    _bucket_spec(cfg)
+    parse_shape(cfg.synthetic_shape)
+
+
+def _check_choices(cfg: TrainConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        choices = f.metadata["choices"]
+        if choices is not None and getattr(cfg, f.name) not in choices:
+            raise ConfigError(f"{option_flag(f.name)} must be one of {', '.join(choices)}, "
+                              f"got {getattr(cfg, f.name)!r}")
+
+
+def _check_mode_options(cfg: TrainConfig) -> None:
+    """An option the mode does not use must keep the value that leaves it unused."""
+    for name, default in refused_in(cfg.mode):
+        if getattr(cfg, name) != default:
+            modes = " or ".join(_field(name).metadata["modes"])
+            raise ConfigError(
+                f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "
+                f"{getattr(cfg, name)} with --mode {cfg.mode}")
+
+
+def _check_dependent_options(cfg: TrainConfig) -> None:
+    """Options that need a value of another, refused in one line each."""
+    if cfg.model_parallel not in (1, 2):
+        raise ConfigError(f"--model-parallel must be 1 or 2, got {cfg.model_parallel}")
+    if cfg.model_parallel == 2 and cfg.model != "alexnet-2col":
+        raise ConfigError(f"--model-parallel 2 needs --model alexnet-2col, got --model {cfg.model}")
+    if cfg.elastic and not cfg.out:
+        raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
+    if cfg.warm_start == "single" and cfg.warm_start_steps == 0:
+        raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
+                          "--warm-start-steps 0")
+    if cfg.outer_optimizer == "none" and (cfg.outer_lr != 1.0 or cfg.outer_momentum != 0.0):
+        raise ConfigError(
+            "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
+            f"got --outer-lr {cfg.outer_lr} --outer-momentum {cfg.outer_momentum} "
+            "with --outer-optimizer none")
+    if cfg.nesterov and (cfg.optimizer != "sgd" or cfg.momentum == 0):
+        raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
+                          f"got --optimizer {cfg.optimizer} --momentum {cfg.momentum}")
+
+
 def _check_async(cfg: "TrainConfig") -> None:
     """What overlapped rounds cannot do, refused in one line. (Step checkpoints and elastic
     commits are fine: the round before one blocks, LocalSGD(consensus_every=...).)"""
@@ -385,7 +389,7 @@ def _check_timed(cfg: "TrainConfig") -> None:
                           f"{cfg.sync_seconds} ends each epoch at a round")
     if cfg.mode not in LOCAL_MODES:
         raise ConfigError(f"--sync-seconds needs --mode local or async, got --mode {cfg.mode}")
-    if cfg.n_sync is not None and isinstance(parse_n_sync(cfg.n_sync), AutoPeriod):
+    if isinstance(n_sync_period(cfg), AutoPeriod):
         raise ConfigError(f"--n-sync {cfg.n_sync} adapts a period of steps; --sync-seconds "
                           "sets rounds by time instead: give one of them")
     if cfg.eval_every:
@@ -399,7 +403,7 @@ def _check_timed(cfg: "TrainConfig") -> None:
 
 def _check_hierarchical(cfg: "TrainConfig") -> None:
     """What hierarchical local SGD does not do yet, and what needs it, in one line each."""
-    period = parse_n_sync(cfg.n_sync) if cfg.n_sync is not None else None
+    period = n_sync_period(cfg)
     if isinstance(period, PerWorkerPeriod) and period.per == "hosts" and not cfg.hierarchical_sgd:
         raise ConfigError(f"--n-sync {cfg.n_sync} counts hosts, which only --hierarchical-sgd "
                           "averages as one model each; use N/workers")
@@ -419,71 +423,15 @@ def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:
                           f"--checkpoint-every {cfg.checkpoint_every}")
 
 
-@dataclass(frozen=True)
-class AutoPeriod:
-    """--n-sync auto: the period adapts to the training loss, from `initial` to `minimum`."""
-
-    initial: int = AUTO_INITIAL_PERIOD
-    minimum: int = AUTO_MIN_PERIOD
-
-
-@dataclass(frozen=True)
-class PerWorkerPeriod:
-    """--n-sync 40/workers: a period that shrinks as workers are added, so that the local
-    steps taken between two rounds, summed over the workers, stay about `worker_steps`.
-    More workers drift apart faster (each local step moves one worker's copy only), so a
-    fixed period that suits 4 workers left 8 more than a point behind sync."""
-
-    worker_steps: int
-    # "hosts" (N/hosts): hierarchical local SGD, whose replicas are hosts, since the
-    # workers of a host average every step and hold one model.
-    per: str = "workers"
-    # N/workers:M: never fewer steps than M (a round of weights and momentum every 2
-    # steps moves as many bytes as sync mode's gradients every step).
-    minimum: int = 1
-
-    def steps(self, workers: int, hosts: int = 1) -> int:
-        """ceil(worker_steps / workers), at least `minimum`: 40/workers gives 20, 10, 5 and
-        3 steps at 2, 4, 8 and 16 workers, 40/workers:5 gives 5 at 16; N/hosts divides by
-        the hosts instead."""
-        count = hosts if self.per == "hosts" else workers
-        return max(self.minimum, -(-self.worker_steps // max(1, count)))
-
-
-def parse_n_sync(value: Any) -> int | AutoPeriod | PerWorkerPeriod:
-    """100, "100" -> 100; "auto" -> AutoPeriod(); "auto:48" -> AutoPeriod(48);
-    "40/workers" -> PerWorkerPeriod(40); "40/workers:5" -> PerWorkerPeriod(40, minimum=5);
-    anything else raises ConfigError naming the value."""
-    text = str(value).strip().lower().replace(" ", "")
-    if isinstance(value, bool):
-        text = ""
-    match = re.fullmatch(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)(?::(\d+))?", text)
-    if match and match.group(3) and int(match.group(3)) > 0 and match.group(5) != "0":
-        per = "hosts" if match.group(4).startswith("host") else "workers"
-        return PerWorkerPeriod(int(match.group(3)), per, int(match.group(5) or 1))
-    if match and match.group(1) and int(match.group(1)) > 0:
-        return int(match.group(1))
-    if match and not match.group(1) and not match.group(3):
-        initial = int(match.group(2)) if match.group(2) else AUTO_INITIAL_PERIOD
-        if initial > 0:
-            return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial))
-    raise ConfigError(f"--n-sync must be a positive integer, got {value!r} (or N/workers, "
-                      "N/hosts, N/workers:M for at least M steps, auto, or auto:N to start "
-                      "the adaptive period at N)")
-
-
-def period_for(value: Any, workers: int, hosts: int = 1) -> int | AutoPeriod:
-    """The period a run of `workers` workers on `hosts` hosts uses: N/workers and N/hosts
-    resolved, anything else as `parse_n_sync` reads it."""
-    period = parse_n_sync(value)
-    return period.steps(workers, hosts) if isinstance(period, PerWorkerPeriod) else period
-
-
-def period_label(value: Any, workers: int, hosts: int = 1) -> int | str:
-    """How tables name a period at `workers` workers on `hosts` hosts: its steps (N/workers
-    and N/hosts resolved), or the word it was given (auto, auto:48)."""
-    period = period_for(value, workers, hosts)
-    return period if isinstance(period, int) else str(value)
+def n_sync_period(cfg: TrainConfig) -> int | AutoPeriod | PerWorkerPeriod | None:
+    """--n-sync read as a period (`hvdtrain.periods`), None when not given; a bad one
+    raises ConfigError naming the flag."""
+    if cfg.n_sync is None:
+        return None
+    try:
+        return parse_period(cfg.n_sync)
+    except PeriodError as exc:
+        raise ConfigError(f"--n-sync {exc.problem}") from None
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

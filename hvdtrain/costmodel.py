@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from hvdtrain.config import LOCAL_MODES
+from hvdtrain.periods import LOCAL_MODES
 
 
 @dataclass(frozen=True)

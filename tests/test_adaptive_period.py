@@ -5,9 +5,10 @@ import math
 import pytest
 
 from hvdtrain.averaging import adacomm_period
-from hvdtrain.config import (AUTO_INITIAL_PERIOD, AutoPeriod, PerWorkerPeriod, load_config,
-                             parse_n_sync, period_for)
+from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
+from hvdtrain.periods import (AUTO_INITIAL_PERIOD, AutoPeriod, PerWorkerPeriod, parse_period,
+                              resolve_period)
 from hvdtrain.round_triggers import AdaptivePeriod, LossSinceRound
 
 
@@ -70,7 +71,7 @@ def test_the_loss_since_a_round_comes_from_kerass_running_means():
     ("auto:1", AutoPeriod(1, 1)),
 ])
 def test_n_sync_takes_a_number_or_auto(value, expected):
-    assert parse_n_sync(value) == expected
+    assert parse_period(value) == expected
     assert AutoPeriod().initial == AUTO_INITIAL_PERIOD
 
 
@@ -79,15 +80,16 @@ def test_n_sync_takes_a_number_or_auto(value, expected):
     ("40 / workers", 8, 5), ("40/workers", 16, 3), ("40/worker", 64, 1), ("7/workers", 2, 4),
 ])
 def test_a_period_per_worker_comes_to_the_ceiling_of_n_over_workers(value, workers, steps):
-    assert parse_n_sync(value) == PerWorkerPeriod(int(value.split("/")[0]))
-    assert period_for(value, workers) == steps
-    assert period_for(12, workers) == 12 and period_for("auto", workers) == AutoPeriod()
+    assert parse_period(value) == PerWorkerPeriod(int(value.split("/")[0]))
+    assert resolve_period(value, workers, 1) == steps
+    assert resolve_period(12, workers, 1) == 12
+    assert resolve_period("auto", workers, 1) == AutoPeriod()
 
 
 @pytest.mark.parametrize("workers, steps", [(2, 20), (8, 5), (16, 5), (32, 5)])
 def test_a_floor_after_the_colon_keeps_a_period_per_worker_from_shrinking_below_it(workers, steps):
-    assert parse_n_sync("40/workers:5") == PerWorkerPeriod(40, "workers", 5)
-    assert period_for("40/workers:5", workers) == steps
+    assert parse_period("40/workers:5") == PerWorkerPeriod(40, "workers", 5)
+    assert resolve_period("40/workers:5", workers, 1) == steps
 
 
 def test_local_runs_default_to_forty_local_steps_over_the_workers_and_async_to_ten():
@@ -170,7 +172,7 @@ def test_rank_0_warns_when_local_rounds_would_move_as_many_bytes_as_sync(overrid
                                                                            warns):
     from hvdtrain.training.world import costly_period_warning
 
-    warning = costly_period_warning(load_config(None, overrides), workers)
+    warning = costly_period_warning(load_config(None, overrides), workers, 1)
     assert (warning is not None) == warns
     if warns:
         assert warning.startswith("hvdtrain: warning: --n-sync") and "\n" not in warning

@@ -123,27 +123,74 @@ def test_validating_a_config_does_not_import_tensorflow():
 
 
 def test_a_run_saved_before_a_mode_dependent_default_was_written_resumes_under_it(tmp_path):
-    from hvdtrain.training.resume import plan_resume
+    from hvdtrain.training.resume import Job, plan_resume
 
     # A config.yaml that leaves --average-optimizer-state out (hand-written, or older).
     (tmp_path / "config.yaml").write_text("mode: async\n")
     cfg = load_config(None, {"mode": "async", "out": str(tmp_path)}).resolved()
-    assert plan_resume(cfg).checkpoint is None  # nothing saved yet, and no refusal
+    assert plan_resume(cfg, Job(1, 1)).checkpoint is None  # nothing saved yet, and no refusal
     with pytest.raises(ConfigError, match="--average-optimizer-state is True but the run was "
                                           "started with False"):
         plan_resume(load_config(None, {"mode": "async", "out": str(tmp_path),
-                                       "average_optimizer_state": True}).resolved())
+                                       "average_optimizer_state": True}).resolved(), Job(1, 1))
 
 
 def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
-    from hvdtrain.training.resume import plan_resume
+    from hvdtrain.training.resume import Job, plan_resume
 
     # Sync runs used to save the local period's default (10); sync mode never reads it.
     (tmp_path / "config.yaml").write_text("n_sync: 10\n")
     cfg = load_config(None, {"out": str(tmp_path)}).resolved()
-    assert cfg.n_sync is None and plan_resume(cfg).checkpoint is None
+    assert cfg.n_sync is None and plan_resume(cfg, Job(1, 1)).checkpoint is None
     # A local run's period is what it trains by: a different one is refused in one line.
     (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 10\n")
     with pytest.raises(ConfigError, match="--n-sync is '40/workers:5' but the run was started "
                                           "with 10"):
-        plan_resume(load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved())
+        plan_resume(load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved(),
+                    Job(1, 1))
+
+
+@pytest.mark.parametrize("saved, overrides, workers, hosts", [
+    ("40/workers", {}, 8, 1),                           # 5 steps under either
+    ("40/workers", {}, 2, 1),                           # 20 under either
+    ("40/hosts", {"hierarchical_sgd": True}, 16, 8),    # 5 steps a host under either
+    ("40/workers", {"n_sync": "40/workers:5"}, 8, 1),   # the default, given
+])
+def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_agree(
+        tmp_path, saved, overrides, workers, hosts):
+    from hvdtrain.training.resume import Job, plan_resume
+
+    # Local mode's default was 40/workers before 40/workers:5 (40/hosts when hierarchical).
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(dict(overrides, mode="local", n_sync=saved)))
+    cfg = load_config(None, dict(overrides, mode="local", out=str(tmp_path))).resolved()
+    assert plan_resume(cfg, Job(workers, hosts)).checkpoint is None  # no refusal
+
+
+@pytest.mark.parametrize("saved, overrides, workers, hosts, steps", [
+    ("40/workers", {}, 16, 1, "5 and 3 steps at 16 workers"),
+    ("40/hosts", {"hierarchical_sgd": True}, 32, 16, "5 and 3 steps at 32 workers on 16 hosts"),
+    (6, {}, 8, 1, "5 and 6 steps at 8 workers"),
+])
+def test_a_local_run_saved_under_another_period_is_refused_in_one_line_where_the_steps_differ(
+        tmp_path, saved, overrides, workers, hosts, steps):
+    from hvdtrain.training.resume import Job, plan_resume
+
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(dict(overrides, mode="local", n_sync=saved)))
+    cfg = load_config(None, dict(overrides, mode="local", out=str(tmp_path))).resolved()
+    with pytest.raises(ConfigError) as refused:
+        plan_resume(cfg, Job(workers, hosts))
+    assert str(refused.value) == (
+        f"cannot resume {tmp_path}: --n-sync is {cfg.n_sync!r} but the run was started with "
+        f"{saved!r}: {steps} (give --n-sync {saved} to go on with the run's period)")
+
+
+def test_a_period_given_other_than_the_default_must_be_the_one_saved(tmp_path):
+    from hvdtrain.training.resume import Job, plan_resume
+
+    (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 40/workers\n")
+    cfg = load_config(None, {"mode": "local", "n_sync": "5", "out": str(tmp_path)}).resolved()
+    with pytest.raises(ConfigError, match="^cannot resume .*: --n-sync is 5 but the run was "
+                                          "started with '40/workers'$"):
+        plan_resume(cfg, Job(8, 1))

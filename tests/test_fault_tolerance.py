@@ -240,14 +240,14 @@ def _names(paths) -> list[str]:
 
 def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_it(tmp_path,
                                                                                   capsys):
-    from hvdtrain.training.resume import plan_resume, restore_on_chief
+    from hvdtrain.training.resume import Job, plan_resume, restore_on_chief
 
     comm.init()  # a world of one worker: this process is rank 0
     out = tmp_path / "run"
     store = _run_with_checkpoints(out, (3000, 4000, 5000))
     cfg = load_config(None, {"out": str(out), "checkpoint_every": "500",
                              "resume": store.path_for(3000)}).resolved()
-    plan = plan_resume(cfg)
+    plan = plan_resume(cfg, Job(1, 1))
     restore_on_chief(plan, _state(0), cfg)
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "branch" in line]
     assert re.fullmatch(r"hvdtrain: resuming from an older checkpoint starts a new branch: moved "
@@ -260,23 +260,23 @@ def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_
     store.save(_state(3500), _saved(3500))
     assert _names(store.checkpoints()) == ["step-000003500", "step-000003000"]
     # ...and a rerun after a crash continues the new branch, not the abandoned step 5000.
-    assert plan_resume(replace(cfg, resume="auto")).checkpoint == store.path_for(3500)
+    assert plan_resume(replace(cfg, resume="auto"), Job(1, 1)).checkpoint == store.path_for(3500)
 
 
 def test_resuming_a_checkpoint_of_the_run_with_another_config_is_refused_as_auto_is(tmp_path):
-    from hvdtrain.training.resume import plan_resume
+    from hvdtrain.training.resume import Job, plan_resume
 
     out = tmp_path / "run"
     store = _run_with_checkpoints(out, (3000, 4000))
     with pytest.raises(ConfigError, match=f"cannot resume {out}: --epochs is 5 but the run was "
                                           "started with 2"):
         plan_resume(load_config(None, {"out": str(out), "epochs": 5,
-                                       "resume": store.path_for(3000)}).resolved())
+                                       "resume": store.path_for(3000)}).resolved(), Job(1, 1))
     assert _names(store.checkpoints()) == ["step-000004000", "step-000003000"]
 
 
 def test_resuming_another_runs_checkpoint_into_a_folder_that_holds_a_run_is_refused(tmp_path):
-    from hvdtrain.training.resume import plan_resume
+    from hvdtrain.training.resume import Job, plan_resume
 
     other = _run_with_checkpoints(tmp_path / "other", (3000,))
     out = tmp_path / "run"
@@ -284,7 +284,7 @@ def test_resuming_another_runs_checkpoint_into_a_folder_that_holds_a_run_is_refu
     with pytest.raises(ConfigError, match=f"run folder {out} already holds a run; choose a new "
                                           f"--out to start from {other.path_for(3000)}"):
         plan_resume(load_config(None, {"out": str(out),
-                                       "resume": other.path_for(3000)}).resolved())
+                                       "resume": other.path_for(3000)}).resolved(), Job(1, 1))
     assert _names(store.checkpoints()) == ["step-000004000"]
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data
-from hvdtrain.config import PerWorkerPeriod, TrainConfig, load_config, parse_n_sync, period_for
+from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
+from hvdtrain.periods import PerWorkerPeriod, parse_period, resolve_period
 
 PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
              momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
@@ -80,9 +81,9 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
 # --- configuration ---
 
 def test_a_period_in_hosts_divides_by_the_hosts():
-    assert parse_n_sync("40/hosts") == PerWorkerPeriod(40, "hosts")
-    assert period_for("40/hosts", workers=8, hosts=4) == 10
-    assert period_for("40/workers", workers=8, hosts=4) == 5
+    assert parse_period("40/hosts") == PerWorkerPeriod(40, "hosts")
+    assert resolve_period("40/hosts", workers=8, hosts=4) == 10
+    assert resolve_period("40/workers", workers=8, hosts=4) == 5
 
 
 @pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts:5"), ("async", "10/hosts")])
@@ -103,3 +104,22 @@ def test_the_default_period_counts_hosts_when_hierarchical_and_the_help_says_whi
 def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_config(None, overrides)
+
+
+@pytest.mark.parametrize("n_sync, workers, hosts, warns", [
+    ("40/hosts", 40, 20, True),   # 2 steps: a round of weights and momentum every 2 steps
+    ("40/hosts", 40, 4, False),   # 10 steps
+    (None, 40, 20, False),        # the default, 40/hosts:5: never below 5 steps
+    (1, 8, 2, True),              # the weights and momentum between the hosts every step
+    (1, 8, 1, False),             # one host: no round crosses hosts
+])
+def test_rank_0_warns_when_hierarchical_rounds_move_as_many_bytes_between_hosts_as_sync(
+        n_sync, workers, hosts, warns):
+    from hvdtrain.training.world import costly_period_warning
+
+    cfg = load_config(None, dict(mode="local", hierarchical_sgd=True, n_sync=n_sync))
+    warning = costly_period_warning(cfg, workers, hosts)
+    assert (warning is not None) == warns
+    if n_sync == "40/hosts" and warns:
+        assert warning.startswith("hvdtrain: warning: --n-sync 40/hosts is 2 step(s) at 40 "
+                                  "workers on 20 hosts, and each round moves 2x the weights")

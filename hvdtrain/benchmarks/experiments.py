@@ -25,10 +25,10 @@ from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_STAR
 from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_command, topology
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
 from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
-                             parse_choice_list, parse_int_list, parse_n_sync,
-                             period_label, refused_in)
+                             parse_choice_list, parse_int_list, refused_in)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.periods import PeriodError, parse_period, period_label
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder
@@ -105,7 +105,7 @@ def _local_runs(count: int, n_syncs: list, starts: list[str], mode: str,
 
 
 def _per_host(n_sync) -> bool:
-    period = parse_n_sync(n_sync)
+    period = parse_period(n_sync)
     return getattr(period, "per", "") == "hosts"
 
 
@@ -230,8 +230,8 @@ def parse_period_list(text: str) -> list[int | str]:
     values = [part.strip() for part in str(text).split(",")]
     try:
         for value in values:
-            parse_n_sync(value)
-    except ConfigError:
+            parse_period(value)
+    except PeriodError:
         raise ConfigError(f"--n-sync must be positive integers, N/workers or auto (auto:N) "
                           f"separated by commas, got {text!r}") from None
     return [int(v) if v.isdigit() else v for v in values]

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import yaml
 
 from hvdtrain.benchmarks.time_to_accuracy import accuracy_rows, draw_accuracy, load_points
-from hvdtrain.config import LOCAL_MODES, period_label
 from hvdtrain.errors import ConfigError, DataError
+from hvdtrain.periods import LOCAL_MODES, period_label
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder

@@ -33,8 +33,7 @@ from typing import Callable, Sequence
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import (OUTER_OPTIMIZERS, WARM_STARTS, AutoPeriod, PerWorkerPeriod,
-                             parse_n_sync)
+from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -45,6 +44,7 @@ from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, assign, build_optimizer,
                                   optimizer_step, set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
+from hvdtrain.periods import AutoPeriod, PerWorkerPeriod, parse_period
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.round_triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
                                      EveryTSeconds, WarmStartEnd)
@@ -485,7 +485,7 @@ class LocalSGD(keras.callbacks.Callback):
 
 def _period(n_sync) -> int | AutoPeriod | PerWorkerPeriod:
     try:
-        return parse_n_sync(n_sync)
+        return parse_period(n_sync)
     except ConfigError:
         raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\" or "
                          f"\"auto:N\", got {n_sync!r}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from hvdtrain import comm
 from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, ignored_in, load_config,
                              option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.periods import LOCAL_MODES, job_size, resolve_period
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
 
@@ -41,18 +43,25 @@ def on_chief(compute: Callable[[], Any], name: str) -> Any:
     return value
 
 
-def plan_resume(cfg: TrainConfig) -> ResumePlan:
+@dataclass(frozen=True)
+class Job:
+    """The job that resumes: what a period given per worker or per host resolves for."""
+    workers: int
+    hosts: int
+
+
+def plan_resume(cfg: TrainConfig, job: Job) -> ResumePlan:
     """Rank 0: start fresh, or continue from which checkpoint? Raises what stops the run."""
     store = _store(cfg)
     if cfg.resume not in ("auto", "never"):
-        return _plan_from(cfg.resume, cfg, store)
+        return _plan_from(cfg.resume, cfg, store, job)
     problem = run_folder.existing_run_problem(cfg.out)
     if problem is None:
         return ResumePlan()
     _check_unfinished(cfg)
     if cfg.resume == "never":
         raise ConfigError(problem)
-    _check_same_run(cfg, _saved_config(cfg))
+    _check_same_run(cfg, _saved_config(cfg), job)
     path, saved, problems = store.newest_sound()
     notes = [f"skipping damaged checkpoint {p}" for p in problems]
     if path is None and problems:
@@ -60,7 +69,7 @@ def plan_resume(cfg: TrainConfig) -> ResumePlan:
     return ResumePlan(path, saved, notes)
 
 
-def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore) -> ResumePlan:
+def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) -> ResumePlan:
     """--resume PATH. A checkpoint of the run in --out continues that run, as `auto` does,
     but from an older point: the newer checkpoints become an abandoned branch, so that
     neither pruning nor a later `auto` mistakes them for the resumed run's."""
@@ -70,7 +79,7 @@ def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore) -> ResumePla
     if store.holds(path):
         _check_unfinished(cfg)
         if os.path.exists(os.path.join(cfg.out, run_folder.CONFIG)):
-            _check_same_run(cfg, _saved_config(cfg))
+            _check_same_run(cfg, _saved_config(cfg), job)
         return ResumePlan(path, saved, newer=store.newer_than(saved.progress.steps))
     problem = run_folder.existing_run_problem(cfg.out)
     if problem and os.path.isdir(cfg.out):  # another run's folder: its files are not ours
@@ -94,15 +103,45 @@ def _saved_config(cfg: TrainConfig) -> TrainConfig:
     return load_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved()
 
 
-def _check_same_run(cfg: TrainConfig, saved: TrainConfig) -> None:
+def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> None:
     ignored = set(RESUMABLE_CHANGES)
     if cfg.mode == saved.mode:  # e.g. a sync run saved under an older default period
         ignored.update(ignored_in(cfg.mode))
+    if _default_period_as_saved(cfg, saved, job):
+        ignored.add("n_sync")
     for name in TrainConfig.field_names():
         if name not in ignored and getattr(saved, name) != getattr(cfg, name):
+            why = _period_steps(cfg, saved, job) if name == "n_sync" else ""
             raise ConfigError(
                 f"cannot resume {cfg.out}: {option_flag(name)} is {getattr(cfg, name)!r} "
-                f"but the run was started with {getattr(saved, name)!r}")
+                f"but the run was started with {getattr(saved, name)!r}{why}")
+
+
+def _takes_default_period(cfg: TrainConfig, saved: TrainConfig) -> bool:
+    """Whether a local run resumes under its mode's default period (no --n-sync given, or
+    the default given) where the run saved another, e.g. an older default (40/workers
+    before 40/workers:5)."""
+    default = dataclasses.replace(cfg, n_sync=None).resolved().n_sync
+    return cfg.mode == saved.mode and cfg.mode in LOCAL_MODES and cfg.n_sync == default
+
+
+def _default_period_as_saved(cfg: TrainConfig, saved: TrainConfig, job: Job) -> bool:
+    """The default period comes to the saved one's steps for this job: the run goes on as
+    it was (under the default from here on, which config.yaml then records)."""
+    return _takes_default_period(cfg, saved) and \
+        resolve_period(cfg.n_sync, job.workers, job.hosts) == \
+        resolve_period(saved.n_sync, job.workers, job.hosts)
+
+
+def _period_steps(cfg: TrainConfig, saved: TrainConfig, job: Job) -> str:
+    """Why the default period does not continue the saved one, and how to keep it."""
+    if not _takes_default_period(cfg, saved):
+        return ""
+    now, then = (resolve_period(c.n_sync, job.workers, job.hosts) for c in (cfg, saved))
+    if not isinstance(then, int):  # auto: no steps to compare
+        return ""
+    return (f": {now} and {then} steps at {job_size(job.workers, job.hosts)} (give --n-sync "
+            f"{saved.n_sync} to go on with the run's period)")
 
 
 def restore_on_chief(plan: ResumePlan, state: tf.train.Checkpoint, cfg: TrainConfig) -> None:

@@ -31,8 +31,8 @@ from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_v
                                      state_callback, use_world)
 from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make_checkpointer
 from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, naming_bad_input
-from hvdtrain.training.resume import (ResumePlan, load_initial_weights, on_chief, plan_resume,
-                                      restore_on_chief)
+from hvdtrain.training.resume import (Job, ResumePlan, load_initial_weights, on_chief,
+                                      plan_resume, restore_on_chief)
 from hvdtrain.training.summary import run_summary
 from hvdtrain.training.world import (World, costly_period_warning, current_world,
                                      epoch_examples_for)
@@ -138,11 +138,15 @@ def _run_folder_and_plan(cfg: TrainConfig,
     if cfg.elastic:
         # A worker that joins later runs `train` from the top while the others are inside
         # the elastic loop, so nothing before that loop may be a collective call.
-        return cfg, plan_resume(cfg) if comm.is_chief() else ResumePlan(), start
+        return cfg, plan_resume(cfg, _job()) if comm.is_chief() else ResumePlan(), start
     run_dir, start = comm.broadcast_object(
         (cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), start), name="run_dir")
     cfg = replace(cfg, out=run_dir)
-    return cfg, on_chief(lambda: plan_resume(cfg), name="resume_plan"), start
+    return cfg, on_chief(lambda: plan_resume(cfg, _job()), name="resume_plan"), start
+
+
+def _job() -> Job:
+    return Job(comm.size(), comm.host_group().hosts)
 
 
 def _training_data(cfg: TrainConfig) -> DataSource:
@@ -191,7 +195,7 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, star
     elif cfg.init_weights:
         on_chief(lambda: load_initial_weights(model, cfg.init_weights), name="init_weights")
     if comm.is_chief():
-        warning = costly_period_warning(cfg, world.workers)
+        warning = costly_period_warning(cfg, world.workers, comm.host_group().hosts)
         if warning:
             print(warning, flush=True)
     start_folder = partial(run_folder.start, cfg.out, cfg.save_yaml, progress.examples)

@@ -9,9 +9,10 @@ from typing import Any
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, PerWorkerPeriod, TrainConfig, parse_n_sync
+from hvdtrain.config import LOCAL_MODES, TrainConfig, n_sync_period
 from hvdtrain.host_capacity import launched_workers
 from hvdtrain.keras.state import variable_bytes
+from hvdtrain.periods import PerWorkerPeriod
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
 
@@ -25,7 +26,7 @@ def round_schedule(cfg: TrainConfig, workers: int, hosts: int) -> dict[str, floa
         return {"n_sync": 1}
     if cfg.sync_seconds is not None:
         return {"sync_seconds": cfg.sync_seconds}
-    period = parse_n_sync(cfg.n_sync)
+    period = n_sync_period(cfg)
     if isinstance(period, PerWorkerPeriod):
         return {"n_sync": period.steps(workers, hosts),
                 "n_sync_rule": cfg.n_sync}

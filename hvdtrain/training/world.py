@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, TrainConfig, period_for
+from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
+from hvdtrain.periods import job_size, resolve_period
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
@@ -37,24 +38,27 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
 
 
-def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
+def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | None:
     """A line for rank 0 when local rounds would move at least as many bytes as sync mode:
     a round carries the weights and any averaged optimizer slots, sync mode the gradients
     every step, so a period no longer than 1 + slots saves nothing. Local mode's default
-    stops at 5 steps (40/workers:5); async mode's (10/workers) reaches 1 step at 10 workers."""
-    if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or workers < 2 \
-            or cfg.hierarchical_sgd:  # a round crosses hosts; sync's gradients would too
+    stops at 5 steps (40/workers:5); async mode's (10/workers) reaches 1 step at 10 workers.
+    Hierarchical local SGD's replicas are the hosts: its rounds cross hosts, as sync's
+    gradients would, and its default period counts hosts (40/hosts:5)."""
+    replicas = hosts if cfg.hierarchical_sgd else workers
+    if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or replicas < 2:
         return None
     cfg = cfg.resolved()
-    period = period_for(cfg.n_sync, workers)
+    period = resolve_period(cfg.n_sync, workers, hosts)
     slots = 0
     if cfg.average_optimizer_state:
         slots = 2 if cfg.optimizer == "adam" else int(cfg.momentum > 0)
     if not isinstance(period, int) or period > 1 + slots:
         return None
-    return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at {workers} "
-            f"workers, and each round moves {1 + slots}x the weights: as many bytes as "
-            f"--mode sync, which would keep the workers identical; use it, or a longer period")
+    return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at "
+            f"{job_size(workers, hosts)}, and each round moves {1 + slots}x the weights: as "
+            f"many bytes as --mode sync, which would keep the workers identical; use it, or a "
+            f"longer period")
 
 
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:

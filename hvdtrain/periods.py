@@ -1,0 +1,116 @@
+"""How often local rounds come: the period grammar and what it resolves to.
+
+A period is a number of local steps between two averaging rounds, given as a fixed
+number (100), per worker (40/workers, 40/workers:5), per host for hierarchical local
+SGD (40/hosts) or adaptive (auto, auto:48). Pure: the trainer's options
+(`hvdtrain.config`), the Keras layer and the cost model all read periods here, and each
+names its own flag or argument when one is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hvdtrain.errors import ConfigError
+
+# The modes that average the workers' state every period instead of gradients every step.
+LOCAL_MODES = ("local", "async")
+# auto: AdaComm's rule (hvdtrain.averaging.adacomm_period) from this first period down to
+# this minimum; "auto:N" starts from N. Why these values: docs/choosing-a-mode.md, and the
+# first time-to-accuracy measurements in docs/benchmarks/history.md.
+AUTO_INITIAL_PERIOD = 32
+AUTO_MIN_PERIOD = 2
+
+_GRAMMAR = re.compile(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)(?::(\d+))?")
+
+
+class PeriodError(ConfigError, ValueError):
+    """A period that is none of the forms `parse_period` reads. `problem` says what is wrong
+    without naming where the period came from, so each caller names its own flag or
+    argument. A ValueError to code that uses this module as a library; a ConfigError so
+    that one let through still ends in one line at the CLI."""
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self.problem = (f"must be a positive integer, got {spec!r} (or N/workers, N/hosts, "
+                        "N/workers:M for at least M steps, auto, or auto:N to start the "
+                        "adaptive period at N)")
+        super().__init__(f"a period {self.problem}")
+
+
+@dataclass(frozen=True)
+class AutoPeriod:
+    """auto: the period adapts to the training loss, from `initial` to `minimum`."""
+
+    initial: int = AUTO_INITIAL_PERIOD
+    minimum: int = AUTO_MIN_PERIOD
+
+
+@dataclass(frozen=True)
+class PerWorkerPeriod:
+    """40/workers: a period that shrinks as workers are added, so that the local steps
+    taken between two rounds, summed over the workers, stay about `worker_steps`. More
+    workers drift apart faster (each local step moves one worker's copy only), so a fixed
+    period that suits 4 workers left 8 more than a point behind sync."""
+
+    worker_steps: int
+    # "hosts" (N/hosts): hierarchical local SGD, whose replicas are hosts, since the
+    # workers of a host average every step and hold one model.
+    per: str = "workers"
+    # N/workers:M: never fewer steps than M (a round of weights and momentum every 2
+    # steps moves as many bytes as sync mode's gradients every step).
+    minimum: int = 1
+
+    def steps(self, workers: int, hosts: int) -> int:
+        """ceil(worker_steps / workers), at least `minimum`: 40/workers gives 20, 10, 5 and
+        3 steps at 2, 4, 8 and 16 workers, 40/workers:5 gives 5 at 16; N/hosts divides by
+        the hosts instead."""
+        count = hosts if self.per == "hosts" else workers
+        return max(self.minimum, -(-self.worker_steps // max(1, count)))
+
+
+def parse_period(spec: Any) -> int | AutoPeriod | PerWorkerPeriod:
+    """100, "100" -> 100; "auto" -> AutoPeriod(); "auto:48" -> AutoPeriod(48);
+    "40/workers" -> PerWorkerPeriod(40); "40/workers:5" -> PerWorkerPeriod(40, minimum=5);
+    anything else raises PeriodError."""
+    text = "" if isinstance(spec, bool) else str(spec).strip().lower().replace(" ", "")
+    match = _GRAMMAR.fullmatch(text)
+    period = _period_of(*match.groups()) if match else None
+    if period is None:
+        raise PeriodError(spec)
+    return period
+
+
+def _period_of(steps: str | None, auto_initial: str | None, worker_steps: str | None,
+               per: str | None, minimum: str | None) -> int | AutoPeriod | PerWorkerPeriod | None:
+    """The period one match of the grammar names, or None for a count of zero."""
+    if steps is not None:
+        return int(steps) or None
+    if worker_steps is not None:
+        if int(worker_steps) == 0 or minimum is not None and int(minimum) == 0:
+            return None
+        return PerWorkerPeriod(int(worker_steps), "hosts" if per.startswith("host") else "workers",
+                               int(minimum or 1))
+    initial = int(auto_initial) if auto_initial is not None else AUTO_INITIAL_PERIOD
+    return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial)) if initial > 0 else None
+
+
+def resolve_period(spec: Any, workers: int, hosts: int) -> int | AutoPeriod:
+    """The period a job of `workers` workers on `hosts` hosts uses: N/workers and N/hosts
+    come to their steps, anything else is as `parse_period` reads it."""
+    period = parse_period(spec)
+    return period.steps(workers, hosts) if isinstance(period, PerWorkerPeriod) else period
+
+
+def period_label(spec: Any, workers: int, hosts: int) -> int | str:
+    """How tables name a period at `workers` workers on `hosts` hosts: its steps (N/workers
+    and N/hosts resolved), or the word it was given (auto, auto:48)."""
+    period = resolve_period(spec, workers, hosts)
+    return period if isinstance(period, int) else str(spec)
+
+
+def job_size(workers: int, hosts: int) -> str:
+    """What a period was resolved for, as messages say it: "1 worker", "8 workers on 4 hosts"."""
+    return f"{workers} worker{'s' * (workers != 1)}" + (f" on {hosts} hosts" if hosts > 1 else "")

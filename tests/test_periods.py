@@ -1,0 +1,56 @@
+"""hvdtrain.periods: the period grammar, what it resolves to on a job, and its errors."""
+
+import subprocess
+import sys
+
+import pytest
+
+from hvdtrain.errors import ConfigError
+from hvdtrain.periods import AutoPeriod, PeriodError, job_size, resolve_period
+
+
+@pytest.mark.parametrize("spec, workers, hosts, steps", [
+    ("40/workers", 8, 1, 5),
+    ("40/workers", 16, 4, 3),      # per worker: the hosts do not count
+    ("40/hosts", 16, 4, 10),       # per host: the workers do not count
+    ("40/hosts", 16, 1, 40),
+    ("40/workers:5", 16, 1, 5),    # the minimum holds where 40/16 would give 3
+    ("40/hosts:5", 32, 16, 5),
+    ("40/workers:5", 2, 1, 20),    # and leaves a longer period alone
+    (12, 64, 8, 12),               # a fixed period is the same on any job
+    ("12", 64, 8, 12),
+])
+def test_a_period_resolves_to_steps_for_the_workers_or_the_hosts_it_counts(spec, workers, hosts,
+                                                                             steps):
+    assert resolve_period(spec, workers, hosts) == steps
+
+
+@pytest.mark.parametrize("spec, period", [
+    ("auto", AutoPeriod(32, 2)), ("auto:48", AutoPeriod(48, 2)), ("auto:1", AutoPeriod(1, 1)),
+])
+def test_an_adaptive_period_stays_adaptive_on_any_job(spec, period):
+    assert resolve_period(spec, 8, 1) == resolve_period(spec, 64, 8) == period
+
+
+@pytest.mark.parametrize("spec", [0, "40/workers:00", "auto:0", "40/racks", True, 2.5])
+def test_a_bad_period_raises_its_own_error_which_names_no_flag(spec):
+    with pytest.raises(PeriodError) as bad:
+        resolve_period(spec, 8, 1)
+    assert isinstance(bad.value, ConfigError) and isinstance(bad.value, ValueError)
+    assert str(bad.value).startswith(f"a period must be a positive integer, got {spec!r}")
+    assert "--" not in str(bad.value)
+
+
+def test_messages_name_the_job_a_period_was_resolved_for():
+    assert job_size(1, 1) == "1 worker"
+    assert job_size(8, 1) == "8 workers"
+    assert job_size(8, 4) == "8 workers on 4 hosts"
+
+
+@pytest.mark.parametrize("module", ["hvdtrain.periods", "hvdtrain.costmodel"])
+def test_periods_and_the_cost_model_come_without_the_trainers_options(module):
+    code = f"import sys, {module}\nprint('hvdtrain.config' in sys.modules)\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
