@@ -2,45 +2,32 @@
 (tests/fake_comm.py): x <- avg(s_k) + (x - s), checked against numpy. The horovodrun suite
 (test_overlap.py) runs them, and LocalSGD's use of them, over real collectives."""
 
-import keras
 import numpy as np
 import pytest
 
 from fake_comm import FakeComm, sent_by
 from hvdtrain.keras.overlap import OverlappedRounds
-from hvdtrain.keras.state import ModelStateAverager, build_optimizer
+from hvdtrain.keras.state import ModelStateAverager
+from workers.overlap_worker import batch_norm_model, move, set_statistics
 
 REPORT = 2  # each round also sums a report of two numbers from every worker
 
 
 def worker(rank: int, fp16: bool) -> OverlappedRounds:
-    """A worker's rounds over its own model. Without fp16 the workers start apart, with
-    their own BatchNorm statistics; with it they start from one state (the reference fp16
-    rounds send changes from), then move a little apart."""
-    keras.utils.set_random_seed(1 if fp16 else 10 + rank)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6),
-                              keras.layers.BatchNormalization(), keras.layers.Dense(3)])
-    model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "mse")
-    build_optimizer(model)
+    """A worker's rounds over its own model, as in the horovodrun suite's worker. Without
+    fp16 the workers start apart, with their own BatchNorm statistics; with it they start
+    from one state (the reference fp16 rounds send changes from), then move a little apart."""
+    model = batch_norm_model(seed=1 if fp16 else 10 + rank)
     averager = ModelStateAverager(model, fp16_allreduce=fp16)
-    bn = model.layers[1]
-    sign = 1 if fp16 else 2 * rank - 1
-    bn.moving_mean.assign(np.float32([0.5, -1.0, 2.0, 0.0, 1.0, -0.5]) * sign)
-    bn.moving_variance.assign(np.float32([1.0, 0.5, 2.0, 0.1, 1.5, 0.3]) * (1 if fp16 else rank + 1))
+    set_statistics(model, rank, fp16)
     if fp16:
         averager.reset_anchor()
-        move(averager, rank, 0.003)
+        move(model, rank, 0.003)
     return OverlappedRounds(averager, report_length=lambda: REPORT)
 
 
 def values(rounds: OverlappedRounds) -> list[np.ndarray]:
     return [v.numpy().astype(np.float64) for v in rounds.averager.variables]
-
-
-def move(averager: ModelStateAverager, rank: int, scale: float) -> None:
-    """A rank's own change to every averaged variable ("training"); variances stay positive."""
-    for i, v in enumerate(averager.variables):
-        v.assign(v + np.float32(scale * (rank + 1) * (i + 1)))
 
 
 def report(rank: int) -> list[float]:
@@ -66,6 +53,13 @@ def variance_position(rounds: OverlappedRounds) -> int:
     return i
 
 
+def assert_delayed_update(after, before, snapshot, means, atol: float) -> None:
+    """x <- avg(s_k) + (x - s) for every variable."""
+    for i, mean in enumerate(means):
+        np.testing.assert_allclose(after[i], mean + (before[i] - snapshot[i]), rtol=0,
+                                   atol=atol, err_msg=f"variable {i}")
+
+
 def one_round(workers: int, rank: int, fp16: bool):
     """Rank `rank`'s overlapped round among `workers` that each snapshot their own state;
     returns its workers, every snapshot, its state before and after, and what it finished."""
@@ -82,7 +76,7 @@ def one_round(workers: int, rank: int, fp16: bool):
     with FakeComm(workers, rank) as world:
         world.hold_sent(sent)
         rounds.start(step=4, report=report(rank))
-        move(rounds.averager, rank, 0.01)  # training goes on while the round is in flight
+        move(rounds.averager.model, rank, 0.01)  # training goes on while the round is in flight
         before = values(rounds)
         finished = rounds.finish()
     rounds.close()
@@ -94,9 +88,7 @@ def test_an_overlapped_round_gives_the_mean_of_k_snapshots_plus_the_workers_own_
         workers, rank):
     rounds, snapshots, before, after, finished = one_round(workers, rank, fp16=False)
     means = round_means(rounds, snapshots)
-    for i, mean in enumerate(means):
-        np.testing.assert_allclose(after[i], mean + (before[i] - snapshots[rank][i]), rtol=0,
-                                   atol=1e-6, err_msg=f"variable {i}")
+    assert_delayed_update(after, before, snapshots[rank], means, atol=1e-6)
     # The workers' BatchNorm means differ: pooling their variances is not averaging them.
     i = variance_position(rounds)
     assert np.abs(means[i] - np.mean([s[i] for s in snapshots], axis=0)).max() > 0.1
@@ -112,10 +104,8 @@ def test_fp16_overlapped_round_at_k_workers_leaves_the_mean_as_every_workers_ref
         workers, rank):
     rounds, snapshots, before, after, _ = one_round(workers, rank, fp16=True)
     means = round_means(rounds, snapshots)
-    for i, mean in enumerate(means):
-        # float16 precision of the changes since the common state (at most 0.03 here).
-        np.testing.assert_allclose(after[i], mean + (before[i] - snapshots[rank][i]), rtol=0,
-                                   atol=3e-5, err_msg=f"variable {i}")
-        # The next round sends its change from this mean, which every worker received.
-        np.testing.assert_allclose(rounds.averager.reference[i].numpy(), mean, rtol=0,
-                                   atol=3e-5)
+    # float16 precision of the changes since the common state (at most 0.03 here).
+    assert_delayed_update(after, before, snapshots[rank], means, atol=3e-5)
+    # The next round sends its change from this mean, which every worker received.
+    for reference, mean in zip(rounds.averager.reference, means):
+        np.testing.assert_allclose(reference.numpy(), mean, rtol=0, atol=3e-5)

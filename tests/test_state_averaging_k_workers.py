@@ -14,21 +14,17 @@ from fake_comm import FakeComm, sent_by
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
                                   optimizer_slots, read)
+from workers import state_averaging_worker
+from workers.state_averaging_worker import INNER_LR, set_statistics
 
 F32 = np.float32
-INNER_LR = 0.1
 
 
 def batch_norm_model() -> keras.Model:
-    """BatchNorm inside a Sequential inside a functional model, with momentum slots."""
-    keras.utils.set_random_seed(0)  # every worker starts from the same weights
-    inner = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3),
-                              keras.layers.BatchNormalization()])
-    x = keras.Input((3,))
-    model = keras.Model(x, keras.layers.Dense(2)(inner(x)))
-    model.compile(keras.optimizers.SGD(INNER_LR, momentum=0.9), "mse")
-    build_optimizer(model)
-    return model
+    """The horovodrun suite's model: BatchNorm inside a Sequential inside a functional
+    model, with momentum slots; every worker starts from the same weights."""
+    keras.utils.set_random_seed(0)
+    return state_averaging_worker.batch_norm_model()
 
 
 def vector_model(values) -> keras.Model:
@@ -42,11 +38,6 @@ def vector_model(values) -> keras.Model:
 
 def batch_norm(model):
     return model.layers[1].layers[-1]
-
-
-def set_statistics(model, mean, variance) -> None:
-    batch_norm(model).moving_mean.assign(F32(mean))
-    batch_norm(model).moving_variance.assign(F32(variance))
 
 
 def worker_data(workers: int) -> list[np.ndarray]:
@@ -272,8 +263,7 @@ def test_show_mean_lends_three_workers_mean_without_moving_slowmos_anchor():
     averagers = [ModelStateAverager(m, outer=OuterOptimizer(0.7, 0.5)) for m in models]
     averagers[2].reset_anchor()
     anchor = averagers[2].anchor[0].numpy().copy()
-    others = {k: sent_by(k, 3, lambda a=a: a.exchange(read(a.variables), name="state_view"))
-              for k, a in enumerate(averagers[:2])}
+    others = {k: sent_by(k, 3, a.show_mean) for k, a in enumerate(averagers[:2])}
     with FakeComm(3, 2) as world:
         world.hold_sent(others)
         own = averagers[2].show_mean()
