@@ -101,3 +101,14 @@ def test_sent_by_runs_the_code_as_another_rank_and_keeps_what_it_sent():
     np.testing.assert_array_equal(sent["model_state_from_chief"], [[[0.0]]])
     sent = sent_by(0, 3, lambda: averager.exchange([tf.constant([[7.0]])], take_chief=True))
     np.testing.assert_array_equal(sent["model_state_from_chief"], [[[7.0]]])
+
+
+def test_a_function_of_the_collectives_name_can_give_the_other_workers_values():
+    def peers(name):
+        return {1: [np.float32(4.0)]} if name.startswith("epoch_") else None
+
+    with FakeComm(workers=2, rank=0, peers=peers):
+        (total,) = comm.total([tf.constant(1.0)], name="epoch_2")
+        assert total.numpy() == 5.0
+        with pytest.raises(MissingPeerValues, match="'step_2'"):
+            comm.total([tf.constant(1.0)], name="step_2")
