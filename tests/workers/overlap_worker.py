@@ -40,18 +40,22 @@ def move(model, rank: int, scale: float) -> None:
         v.assign(v + np.float32(scale * (rank + 1) * (i + 1)))
 
 
+def set_statistics(model, rank: int, fp16: bool) -> None:
+    """Each rank's own BatchNorm statistics (pooling differs from plain averaging only
+    then); with fp16 common ones, from which the ranks depart a little, as after a round."""
+    bn = model.layers[1]
+    sign = 1 if fp16 else 2 * rank - 1
+    bn.moving_mean.assign(np.float32([0.5, -1.0, 2.0, 0.0, 1.0, -0.5]) * sign)
+    bn.moving_variance.assign(np.float32([1.0, 0.5, 2.0, 0.1, 1.5, 0.3]) * (1 if fp16 else rank + 1))
+
+
 def update_rule(rank: int, out: dict, fp16: bool) -> None:
     """Snapshot, move on locally, then apply: each rank saves s, x before and x after."""
     # Without fp16 the ranks start apart on purpose; with it they start together (the
     # reference rounds send changes from must be common) and move apart before the round.
     model = batch_norm_model(seed=1 if fp16 else 10 + rank)
     averager = ModelStateAverager(model, fp16_allreduce=fp16)
-    bn = model.layers[1]
-    # Each rank's own statistics (pooling differs from plain averaging only then); with
-    # fp16 common ones, from which the ranks depart a little, as after a round.
-    sign = 1 if fp16 else 2 * rank - 1
-    bn.moving_mean.assign(np.float32([0.5, -1.0, 2.0, 0.0, 1.0, -0.5]) * sign)
-    bn.moving_variance.assign(np.float32([1.0, 0.5, 2.0, 0.1, 1.5, 0.3]) * (1 if fp16 else rank + 1))
+    set_statistics(model, rank, fp16)
     if fp16:
         averager.reset_anchor()  # the common reference, then each rank's departure from it
         move(model, rank, 0.003)
