@@ -28,6 +28,9 @@ from hvdtrain.host_capacity import launched_workers, rendezvous_timeout
 _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers
 FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD"  # bytes; Horovod reads it when it starts
 GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"  # its wait for every worker at the start
+# Set by hvd.init(process_sets="dynamic") before Horovod starts, which reads it then: only
+# a Horovod started so can take process sets (the host groups) later.
+DYNAMIC_PROCESS_SETS = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
 
 @dataclass(frozen=True)
@@ -98,12 +101,13 @@ def _make_host_groups() -> None:
     mine = tuple(groups[names[hvd.rank()]])
     process_set = None
     if len(groups) > 1:
+        if os.environ.get(DYNAMIC_PROCESS_SETS) != "1":
+            raise ConfigError("--hierarchical-sgd must start Horovod itself: this process "
+                              "started it earlier without process sets")
         for ranks in groups.values():  # in order of their first rank, on every worker
-            try:
-                added = hvd.add_process_set(ranks)
-            except (AssertionError, ValueError, RuntimeError) as exc:
-                raise ConfigError("--hierarchical-sgd must start Horovod itself: this process "
-                                  f"started it earlier without process sets ({exc})") from None
+            # Any failure here is Horovod's own and keeps its words: Horovod shut down
+            # meanwhile (a peer lost while an elastic reset makes the groups again).
+            added = hvd.add_process_set(ranks)
             if tuple(ranks) == mine:
                 process_set = added
     _host_group = WorkerGroup(mine, len(groups), process_set)
