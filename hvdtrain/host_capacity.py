@@ -15,17 +15,9 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping
 
 from hvdtrain.errors import ConfigError
-
-# Set by horovodrun for every worker it starts (absent in a bare process and while an
-# elastic worker has not joined yet: then there is nothing to check).
-RANK, LOCAL_RANK, LOCAL_SIZE = "HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"
-SIZE = "HOROVOD_SIZE"
-# Set by `hvdtrain cluster` for its command, and passed on by horovodrun to every worker:
-# the emulated hosts are one machine, so all the job's workers share its cores and memory.
-SHARED_MACHINE = "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE"
+from hvdtrain.machine_share import MachineShare
 
 MIB = 1 << 20
 # The least a worker takes of its host's available memory: the smallest measured, a LeNet
@@ -49,12 +41,6 @@ def rendezvous_timeout(workers: int, cores: int) -> int | None:
     host busy with other work."""
     seconds = 2 * math.ceil(IMPORT_CPU_SECONDS * workers / cores)
     return seconds if seconds > GLOO_DEFAULT_TIMEOUT else None
-
-
-def launched_workers(environ: Mapping[str, str] = os.environ) -> int:
-    """The workers horovodrun started on this machine (1 in a bare process): this host's,
-    or on emulated hosts (`SHARED_MACHINE`) the whole job's."""
-    return int(environ.get(SIZE if environ.get(SHARED_MACHINE) else LOCAL_SIZE, "1"))
 
 
 def mem_available(meminfo: str) -> int:
@@ -85,20 +71,18 @@ def cores_warning(workers: int, cores: int) -> str | None:
             f"long or more to start")
 
 
-def check_this_host(environ: Mapping[str, str] = os.environ,
-                    meminfo_path: str = "/proc/meminfo") -> None:
-    """Refuse a host without the memory for its workers (ConfigError from its first
-    worker, a quiet exit with the same status from the others, which horovodrun would
+def check_this_host(share: MachineShare, meminfo_path: str = "/proc/meminfo") -> None:
+    """Refuse a machine without the memory for the workers of `share` (ConfigError from its
+    first worker, a quiet exit with the same status from the others, which horovodrun would
     end anyway); warn, on rank 0, of more workers than cores."""
-    workers = launched_workers(environ)
-    if workers == 1:
+    if share.workers == 1:
         return
     with open(meminfo_path, encoding="ascii") as fh:
-        problem = memory_problem(workers, mem_available(fh.read()))
+        problem = memory_problem(share.workers, mem_available(fh.read()))
     if problem:
-        if environ.get(LOCAL_RANK) == "0":
+        if share.index == 0:
             raise ConfigError(problem)
         raise SystemExit(ConfigError.exit_code)
-    warning = cores_warning(workers, len(os.sched_getaffinity(0)))
-    if warning and environ.get(RANK) == "0":
+    warning = cores_warning(share.workers, len(os.sched_getaffinity(0)))
+    if warning and share.rank == 0:
         print(warning, flush=True)

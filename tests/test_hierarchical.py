@@ -7,6 +7,7 @@ machine (horovodrun counts localhost and 127.0.0.1 as two hostnames).
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -75,6 +76,20 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert summary["bytes_allreduced_across_hosts"] == 3 * weights
     assert summary["bytes_allreduced"] == 10 * weights
     assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
+
+
+@pytest.mark.multiprocess
+def test_pinned_workers_can_train_hierarchically(tmp_path):
+    """--pin-cores with --hierarchical-sgd: each worker takes its cores before its host
+    groups start TensorFlow's runtime (once refused: the pinning came after them)."""
+    out = tmp_path / "run"
+    horovodrun("hvdtrain", "train", "--mode", "local", "--hierarchical-sgd", "--pin-cores",
+               "--model", "lenet", "--dataset", "synthetic", "--synthetic-shape", "28x28x1",
+               "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", "3",
+               "--no-validate", "--out", str(out), timeout=300)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["hierarchical"] is True and summary["workers"] == 2
+    assert summary["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
 
 
 # --- configuration ---

@@ -8,8 +8,9 @@ import pytest
 from hvdtrain import cli
 from hvdtrain.errors import ConfigError
 from hvdtrain.host_capacity import (MIB, WORKER_FLOOR_BYTES, check_this_host, cores_warning,
-                                    launched_workers, mem_available, memory_problem,
-                                    rendezvous_timeout)
+                                    mem_available, memory_problem, rendezvous_timeout)
+from hvdtrain.machine_share import MachineShare
+from hvdtrain.training import start
 
 MEMINFO = "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   {kib} kB\n"
 
@@ -46,11 +47,10 @@ def _meminfo(tmp_path, workers_that_fit: int) -> str:
 def test_a_host_too_small_is_named_by_its_first_worker_and_the_others_exit_quietly(
         tmp_path, capsys):
     meminfo = _meminfo(tmp_path, workers_that_fit=3)
-    launched = {"HOROVOD_RANK": "4", "HOROVOD_LOCAL_SIZE": "4"}
     with pytest.raises(ConfigError, match="4 workers on this host need .* start at most 3 here"):
-        check_this_host(dict(launched, HOROVOD_LOCAL_RANK="0"), meminfo)
+        check_this_host(MachineShare(4, 0, rank=4), meminfo)
     with pytest.raises(SystemExit) as exited:
-        check_this_host(dict(launched, HOROVOD_LOCAL_RANK="1"), meminfo)
+        check_this_host(MachineShare(4, 1, rank=5), meminfo)
     assert exited.value.code == ConfigError.exit_code
     assert capsys.readouterr().out == ""
 
@@ -58,19 +58,18 @@ def test_a_host_too_small_is_named_by_its_first_worker_and_the_others_exit_quiet
 def test_only_rank_0_warns_of_more_workers_than_cores(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     meminfo = _meminfo(tmp_path, workers_that_fit=8)
-    check_this_host({"HOROVOD_RANK": "1", "HOROVOD_LOCAL_RANK": "1",
-                     "HOROVOD_LOCAL_SIZE": "8"}, meminfo)
+    check_this_host(MachineShare(8, 1, rank=1), meminfo)
     assert capsys.readouterr().out == ""
-    check_this_host({"HOROVOD_RANK": "0", "HOROVOD_LOCAL_RANK": "0",
-                     "HOROVOD_LOCAL_SIZE": "8"}, meminfo)
+    check_this_host(MachineShare(8, 0, rank=0), meminfo)
     assert capsys.readouterr().out.startswith("hvdtrain: warning: 8 workers share 2 core(s)")
 
 
 def test_a_bare_process_has_nothing_to_check(tmp_path):
-    check_this_host({}, str(tmp_path / "no-such-file"))  # reads nothing
+    check_this_host(MachineShare(), str(tmp_path / "no-such-file"))  # reads nothing
 
 
 def test_hvdtrain_train_refuses_a_host_too_small_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(start, "_started", None)  # a fresh worker process, as horovodrun's
     monkeypatch.setenv("HOROVOD_LOCAL_SIZE", "100000")
     monkeypatch.setenv("HOROVOD_LOCAL_RANK", "0")
     assert cli.main(["train", "--model", "lenet"]) == ConfigError.exit_code
@@ -84,14 +83,3 @@ def test_workers_crowded_on_few_cores_wait_twice_their_import_time_for_the_last_
     assert rendezvous_timeout(8, 2) == 32
     assert rendezvous_timeout(16, 2) == 64 and rendezvous_timeout(32, 2) == 128
     assert rendezvous_timeout(32, 64) is None
-
-
-def test_the_launched_workers_are_horovodruns_local_size():
-    assert launched_workers({}) == 1 and launched_workers({"HOROVOD_LOCAL_SIZE": "32"}) == 32
-
-
-def test_on_emulated_hosts_the_launched_workers_are_the_whole_jobs():
-    # 8 emulated hosts of 4: every one of the 32 workers shares this machine's cores.
-    env = {"HOROVOD_LOCAL_SIZE": "4", "HOROVOD_SIZE": "32"}
-    assert launched_workers(env) == 4
-    assert launched_workers({**env, "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE": "1"}) == 32
