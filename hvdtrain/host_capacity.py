@@ -8,16 +8,20 @@ more workers than cores is a warning.
 Each worker took 249-308 MiB of the host's available memory (TensorFlow's libraries,
 another 350 MiB of every worker's resident memory, are shared), so a host that cannot
 give every worker WORKER_FLOOR_BYTES would see the kernel kill one of them midway: that
-is a refusal, by every worker of that host, named once by its first.
+is a refusal, said by every worker of that host. Workers already running hold their
+memory already (the host's available memory no longer counts it): only what they lack
+of the floor, and the floor of each worker still to come, is asked for.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from typing import Mapping, Sequence
 
 from hvdtrain.errors import ConfigError
 from hvdtrain.machine_share import MachineShare
+from hvdtrain.running_workers import memory_held_by_peers
 
 MIB = 1 << 20
 # The least a worker takes of its host's available memory: the smallest measured, a LeNet
@@ -52,13 +56,27 @@ def mem_available(meminfo: str) -> int:
     raise ValueError("/proc/meminfo has no MemAvailable line")
 
 
-def memory_problem(workers: int, available: int, floor: int = WORKER_FLOOR_BYTES) -> str | None:
-    """Why `workers` cannot run in `available` bytes, each needing at least `floor`; or None."""
-    if workers * floor <= available:
+def top_ups(peers_held: Sequence[int], floor: int = WORKER_FLOOR_BYTES) -> int:
+    """Bytes the running workers, each holding `peers_held`, still take to reach `floor`."""
+    return sum(max(0, floor - held) for held in peers_held)
+
+
+def memory_problem(workers: int, available: int, floor: int = WORKER_FLOOR_BYTES,
+                   peers_held: Sequence[int] = ()) -> str | None:
+    """Why `workers` cannot run in `available` bytes, each needing at least `floor`, when
+    the others of them already running hold `peers_held` (this one is never among them:
+    it has not started TensorFlow yet); or None."""
+    # More than the other workers would be a stale process: count those holding least.
+    peers = sorted(peers_held)[:workers - 1]
+    needed = (workers - len(peers)) * floor + top_ups(peers, floor)
+    if needed <= available:
         return None
-    return (f"{workers} workers on this host need at least {workers * floor // MIB} MiB "
+    fit = max(1, len(peers) + max(0, available - top_ups(peers, floor)) // floor)
+    already = f", {len(peers)} of them running already," if peers else ""
+    more = " more" if peers else ""
+    return (f"{workers} workers on this host{already} need at least {needed // MIB} MiB{more} "
             f"({floor // MIB} MiB each, the least a worker was measured to take) but it has "
-            f"{available // MIB} MiB available: start at most {max(1, available // floor)} here")
+            f"{available // MIB} MiB available: start at most {fit} here")
 
 
 def cores_warning(workers: int, cores: int) -> str | None:
@@ -71,18 +89,19 @@ def cores_warning(workers: int, cores: int) -> str | None:
             f"long or more to start")
 
 
-def check_this_host(share: MachineShare, meminfo_path: str = "/proc/meminfo") -> None:
-    """Refuse a machine without the memory for the workers of `share` (ConfigError from its
-    first worker, a quiet exit with the same status from the others, which horovodrun would
-    end anyway); warn, on rank 0, of more workers than cores."""
+def check_this_host(share: MachineShare, environ: Mapping[str, str] = os.environ,
+                    meminfo_path: str = "/proc/meminfo", proc: str = "/proc") -> None:
+    """Refuse a machine without the memory for the workers of `share` (ConfigError, from
+    every worker refused); warn, on rank 0, of more workers than cores. `environ` tells
+    the job's other workers already running here (`running_workers`) from the rest."""
     if share.workers == 1:
         return
     with open(meminfo_path, encoding="ascii") as fh:
-        problem = memory_problem(share.workers, mem_available(fh.read()))
+        available = mem_available(fh.read())
+    problem = memory_problem(share.workers, available,
+                             peers_held=memory_held_by_peers(environ, proc))
     if problem:
-        if share.index == 0:
-            raise ConfigError(problem)
-        raise SystemExit(ConfigError.exit_code)
+        raise ConfigError(problem)
     warning = cores_warning(share.workers, len(os.sched_getaffinity(0)))
     if warning and share.rank == 0:
         print(warning, flush=True)

@@ -17,6 +17,9 @@ from typing import Mapping
 # Set by horovodrun for every worker it starts (absent in a bare process).
 RANK, SIZE = "HOROVOD_RANK", "HOROVOD_SIZE"
 LOCAL_RANK, LOCAL_SIZE = "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"
+HOSTNAME = "HOROVOD_HOSTNAME"
+# Where Gloo's workers meet at Horovod's start: the same for every worker of one job.
+RENDEZVOUS = ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT")
 # Set by `hvdtrain cluster` for its command: the emulated hosts are one machine.
 SHARED_MACHINE = "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE"
 
@@ -39,3 +42,13 @@ class MachineShare:
         count, place = (SIZE, RANK) if hosts_share_one_machine(environ) else (LOCAL_SIZE, LOCAL_RANK)
         return cls(int(environ.get(count, "1")), int(environ.get(place, "0")),
                    int(environ.get(RANK, "0")))
+
+
+def shares_the_machine(mine: Mapping[str, str], theirs: Mapping[str, str]) -> bool:
+    """Whether the process whose environment is `theirs` is a worker counted in the
+    MachineShare that `mine` gives: one of the same job (the same rendezvous), and of
+    the same host unless the hosts share one machine. False outside horovodrun."""
+    if RANK not in theirs or any(mine.get(key) is None or theirs.get(key) != mine[key]
+                                 for key in RENDEZVOUS):
+        return False
+    return hosts_share_one_machine(mine) or theirs.get(HOSTNAME) == mine.get(HOSTNAME)
