@@ -11,7 +11,11 @@ import sys
 
 import pytest
 
+from hvdtrain.config import load_config
 from hvdtrain.cpu_cores import pool_sizes, shared_pool_sizes, worker_cores
+from hvdtrain.errors import ConfigError
+from hvdtrain.machine_share import MachineShare
+from hvdtrain.training import start
 
 # What Horovod's start finds (pools, cores), then what its host groups do: their names
 # travel in a collective call, which starts TensorFlow's runtime.
@@ -62,3 +66,11 @@ def test_emulated_hosts_size_the_pools_by_the_whole_jobs_workers_before_horovod_
     assert seen["host_groups"]
     assert seen["pools"] == list(shared_pool_sizes(len(CORES), workers))
     assert seen["cores_per_worker"] == round(len(CORES) / workers, 3)
+
+
+def test_a_later_run_cannot_pin_a_worker_started_unpinned(monkeypatch):
+    # An earlier run of this process (a bench setup, a test) started it unpinned.
+    monkeypatch.setattr(start, "_started", start.StartedWorker(MachineShare(), False, 2.0, []))
+    with pytest.raises(ConfigError, match="--pin-cores is set when a worker starts: this "
+                                          "process started without it"):
+        start.start_worker(load_config(None, {"pin_cores": True}))
