@@ -7,14 +7,12 @@ machine (horovodrun counts localhost and 127.0.0.1 as two hostnames).
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data
-from hvdtrain import comm
 from hvdtrain.config import PerWorkerPeriod, load_config, parse_n_sync, period_for
 from hvdtrain.errors import ConfigError
 
@@ -78,20 +76,6 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
 
 
-@pytest.mark.multiprocess
-def test_pinned_workers_can_train_hierarchically(tmp_path):
-    """--pin-cores with --hierarchical-sgd: each worker takes its cores before its host
-    groups start TensorFlow's runtime (once refused: the pinning came after them)."""
-    out = tmp_path / "run"
-    horovodrun("hvdtrain", "train", "--mode", "local", "--hierarchical-sgd", "--pin-cores",
-               "--model", "lenet", "--dataset", "synthetic", "--synthetic-shape", "28x28x1",
-               "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", "3",
-               "--no-validate", "--out", str(out), timeout=300)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["hierarchical"] is True and summary["workers"] == 2
-    assert summary["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
-
-
 # --- configuration ---
 
 def test_a_period_in_hosts_divides_by_the_hosts():
@@ -116,52 +100,3 @@ def test_the_default_period_counts_hosts_when_hierarchical(mode, n_sync):
 def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_config(None, overrides)
-
-
-# --- making the host groups (Horovod faked: two hosts of one worker, seen from rank 0) ---
-
-class TwoHostsHorovod:
-    """Horovod started already, whose `add_process_set` fails with `error`."""
-
-    def __init__(self, error: Exception):
-        self.error = error
-
-    def is_initialized(self):
-        return True
-
-    def allgather_object(self, name):
-        return ["h1", "h2"]
-
-    def rank(self):
-        return 0
-
-    def add_process_set(self, ranks):
-        raise self.error
-
-
-@pytest.fixture
-def two_hosts(monkeypatch):
-    monkeypatch.setattr(comm, "_host_group", None)
-    monkeypatch.setattr(comm, "_wants_host_groups", False)
-
-    def with_horovod(error: Exception, dynamic: bool):
-        monkeypatch.setattr(comm, "hvd", TwoHostsHorovod(error))
-        if dynamic:
-            monkeypatch.setenv(comm.DYNAMIC_PROCESS_SETS, "1")
-        else:
-            monkeypatch.delenv(comm.DYNAMIC_PROCESS_SETS, raising=False)
-    return with_horovod
-
-
-def test_horovod_shutting_down_while_host_groups_are_made_keeps_horovods_own_error(two_hosts):
-    # An elastic reset makes the groups again; a peer lost meanwhile shuts Horovod down.
-    two_hosts(ValueError("Horovod is shutting down."), dynamic=True)
-    with pytest.raises(ValueError, match="Horovod is shutting down"):
-        comm.init(host_groups=True)
-
-
-def test_host_groups_from_a_horovod_started_without_process_sets_are_refused_in_one_line(
-        two_hosts):
-    two_hosts(AssertionError("add_process_set must not be called"), dynamic=False)
-    with pytest.raises(ConfigError, match="--hierarchical-sgd must start Horovod itself"):
-        comm.init(host_groups=True)

@@ -1,6 +1,6 @@
 """A worker's start (hvdtrain.training.start): its cores and TensorFlow's thread pools are
 set from horovodrun's environment before Horovod starts, whose host groups start
-TensorFlow's runtime. Each case is a fresh process with Horovod's start faked."""
+TensorFlow's runtime. Fresh processes with Horovod's start faked, then one real job."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from conftest import horovodrun
 from hvdtrain.config import load_config
 from hvdtrain.cpu_cores import pool_sizes, shared_pool_sizes, worker_cores
 from hvdtrain.errors import ConfigError
@@ -74,3 +75,17 @@ def test_a_later_run_cannot_pin_a_worker_started_unpinned(monkeypatch):
     with pytest.raises(ConfigError, match="--pin-cores is set when a worker starts: this "
                                           "process started without it"):
         start.start_worker(load_config(None, {"pin_cores": True}))
+
+
+@pytest.mark.multiprocess
+def test_pinned_workers_can_train_hierarchically(tmp_path):
+    """--pin-cores with --hierarchical-sgd: each worker takes its cores before its host
+    groups start TensorFlow's runtime (once refused: the pinning came after them)."""
+    out = tmp_path / "run"
+    horovodrun("hvdtrain", "train", "--mode", "local", "--hierarchical-sgd", "--pin-cores",
+               "--model", "lenet", "--dataset", "synthetic", "--synthetic-shape", "28x28x1",
+               "--batch-size", "16", "--epochs", "1", "--steps-per-epoch", "3",
+               "--no-validate", "--out", str(out), timeout=300)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["hierarchical"] is True and summary["workers"] == 2
+    assert summary["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
