@@ -16,7 +16,7 @@ from hvdtrain.cluster import command as cluster
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
-from hvdtrain.host_capacity import check_this_host
+from hvdtrain.training.start import start_worker
 
 TRAIN_EPILOG = """\
 Values come from the defaults, then --config FILE.yaml (keys as the option names,
@@ -123,8 +123,9 @@ def _train(args: argparse.Namespace) -> int:
                  if hasattr(args, name)}
     # Validate before importing TensorFlow: a typo should cost a second, not a minute.
     cfg = load_config(args.config, overrides)
-    # Also before TensorFlow: a host too small for its workers says so before they fill it.
-    check_this_host()
+    # Also before the runner's import: a host too small for its workers says so before
+    # TensorFlow's import fills it (start_worker imports TensorFlow only after its check).
+    start_worker(cfg)
     from hvdtrain.training.runner import train
 
     train(cfg)

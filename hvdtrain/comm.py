@@ -22,12 +22,14 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.host_capacity import launched_workers, rendezvous_timeout
 
 
 _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers
 FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD"  # bytes; Horovod reads it when it starts
 GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"  # its wait for every worker at the start
+# Set by hvd.init(process_sets="dynamic") before Horovod starts, which reads it then: only
+# a Horovod started so can take process sets (the host groups) later.
+DYNAMIC_PROCESS_SETS = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
 
 @dataclass(frozen=True)
@@ -51,17 +53,23 @@ _host_group: WorkerGroup | None = None
 _wants_host_groups = False
 
 
-def init(fuse_tensors: bool = True, host_groups: bool = False) -> None:
+def init(fuse_tensors: bool = True, host_groups: bool = False,
+         rendezvous_seconds: int | None = None) -> None:
     """Start Horovod once; without horovodrun this is a world of one worker.
 
     `host_groups=True` also makes a group of each host's workers (`host_group`), for
     collectives inside a host: hierarchical local SGD averages gradients there every step.
+    That is a collective call, which starts TensorFlow's runtime: a worker's cores and
+    thread pools must be set before (`hvdtrain.training.start`).
 
     `fuse_tensors=False` turns Horovod's tensor fusion off. Which tensors share a fused
     buffer depends on which are ready in the same cycle, i.e. on timing, and with three
     or more workers the ring sums each element in an order set by its place in the
     buffer: two identical runs then round differently, and the difference grows. Each
     group then travels as one flat tensor instead (`average`, `total`).
+
+    `rendezvous_seconds`: how long Horovod's start waits for every worker (Gloo's 30 s
+    when None), unless the user set it (horovodrun --gloo-timeout-seconds).
     """
     global _worlds_started, _wants_host_groups
     _wants_host_groups = _wants_host_groups or host_groups
@@ -71,21 +79,13 @@ def init(fuse_tensors: bool = True, host_groups: bool = False) -> None:
                               "started it earlier with tensor fusion on")
         os.environ[FUSION_THRESHOLD] = "0"
     if not hvd.is_initialized():
-        _wait_for_crowded_workers()
+        if rendezvous_seconds is not None:
+            os.environ.setdefault(GLOO_TIMEOUT, str(rendezvous_seconds))
         # Process sets made after start need Horovod started in their dynamic mode.
         hvd.init(process_sets="dynamic" if host_groups else None)
         _worlds_started += 1
     if host_groups and _host_group is None:
         _make_host_groups()
-
-
-def _wait_for_crowded_workers() -> None:
-    """Workers that outnumber their host's cores reach Horovod's start too far apart for
-    its 30 s wait (`rendezvous_timeout`): wait longer, unless the user set the wait
-    (horovodrun --gloo-timeout-seconds)."""
-    seconds = rendezvous_timeout(launched_workers(), len(os.sched_getaffinity(0)))
-    if seconds is not None and GLOO_TIMEOUT not in os.environ:
-        os.environ[GLOO_TIMEOUT] = str(seconds)
 
 
 def _make_host_groups() -> None:
@@ -98,12 +98,13 @@ def _make_host_groups() -> None:
     mine = tuple(groups[names[hvd.rank()]])
     process_set = None
     if len(groups) > 1:
+        if os.environ.get(DYNAMIC_PROCESS_SETS) != "1":
+            raise ConfigError("--hierarchical-sgd must start Horovod itself: this process "
+                              "started it earlier without process sets")
         for ranks in groups.values():  # in order of their first rank, on every worker
-            try:
-                added = hvd.add_process_set(ranks)
-            except (AssertionError, ValueError, RuntimeError) as exc:
-                raise ConfigError("--hierarchical-sgd must start Horovod itself: this process "
-                                  f"started it earlier without process sets ({exc})") from None
+            # Any failure here is Horovod's own and keeps its words: Horovod shut down
+            # meanwhile (a peer lost while an elastic reset makes the groups again).
+            added = hvd.add_process_set(ranks)
             if tuple(ranks) == mine:
                 process_set = added
     _host_group = WorkerGroup(mine, len(groups), process_set)

@@ -13,8 +13,9 @@ cores get one compute thread each (`shared_pool_sizes`), since some worker alway
 for a core and more threads would only take turns on it.
 
 `worker_cores` and `shared_pool_sizes` are pure; `pin_worker` and `size_shared_pools`
-apply them and must run before TensorFlow starts its runtime (its thread pools are sized
-from the cores a process may use).
+apply them (`claim_cores` for a worker's MachineShare) and must run before TensorFlow
+starts its runtime (its thread pools are sized from the cores a process may use), which
+Horovod's first collective call does: so before `comm.init` (`training.start`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import tensorflow as tf
 
 from hvdtrain.errors import ConfigError
+from hvdtrain.machine_share import MachineShare
 
 
 def worker_cores(allowed: list[int], local_rank: int, local_size: int) -> list[int]:
@@ -86,3 +88,13 @@ def pin_worker(local_rank: int, local_size: int) -> list[int]:
         except ProcessLookupError:
             pass  # the thread ended meanwhile
     return cores
+
+
+def claim_cores(share: MachineShare, pin: bool) -> float:
+    """This worker's part of the cores of the machine it shares with `share.workers`: a
+    slice of its own with `pin`, else TensorFlow's pools sized for the workers sharing
+    them all. Returns the cores it counts as its own (0.062 for one of 32 on 2 cores)."""
+    if pin:
+        return len(pin_worker(share.index, share.workers))
+    size_shared_pools(share.workers)
+    return round(len(os.sched_getaffinity(0)) / share.workers, 3)

@@ -8,24 +8,20 @@ more workers than cores is a warning.
 Each worker took 249-308 MiB of the host's available memory (TensorFlow's libraries,
 another 350 MiB of every worker's resident memory, are shared), so a host that cannot
 give every worker WORKER_FLOOR_BYTES would see the kernel kill one of them midway: that
-is a refusal, by every worker of that host, named once by its first.
+is a refusal, said by every worker of that host. Workers already running hold their
+memory already (the host's available memory no longer counts it): only what they lack
+of the floor, and the floor of each worker still to come, is asked for.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from hvdtrain.errors import ConfigError
-
-# Set by horovodrun for every worker it starts (absent in a bare process and while an
-# elastic worker has not joined yet: then there is nothing to check).
-RANK, LOCAL_RANK, LOCAL_SIZE = "HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"
-SIZE = "HOROVOD_SIZE"
-# Set by `hvdtrain cluster` for its command, and passed on by horovodrun to every worker:
-# the emulated hosts are one machine, so all the job's workers share its cores and memory.
-SHARED_MACHINE = "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE"
+from hvdtrain.machine_share import MachineShare
+from hvdtrain.running_workers import memory_held_by_peers
 
 MIB = 1 << 20
 # The least a worker takes of its host's available memory: the smallest measured, a LeNet
@@ -51,12 +47,6 @@ def rendezvous_timeout(workers: int, cores: int) -> int | None:
     return seconds if seconds > GLOO_DEFAULT_TIMEOUT else None
 
 
-def launched_workers(environ: Mapping[str, str] = os.environ) -> int:
-    """The workers horovodrun started on this machine (1 in a bare process): this host's,
-    or on emulated hosts (`SHARED_MACHINE`) the whole job's."""
-    return int(environ.get(SIZE if environ.get(SHARED_MACHINE) else LOCAL_SIZE, "1"))
-
-
 def mem_available(meminfo: str) -> int:
     """MemAvailable of /proc/meminfo's text, in bytes: what can be given to new processes
     without swapping (the page cache that can be dropped included)."""
@@ -66,13 +56,27 @@ def mem_available(meminfo: str) -> int:
     raise ValueError("/proc/meminfo has no MemAvailable line")
 
 
-def memory_problem(workers: int, available: int, floor: int = WORKER_FLOOR_BYTES) -> str | None:
-    """Why `workers` cannot run in `available` bytes, each needing at least `floor`; or None."""
-    if workers * floor <= available:
+def top_ups(peers_held: Sequence[int], floor: int = WORKER_FLOOR_BYTES) -> int:
+    """Bytes the running workers, each holding `peers_held`, still take to reach `floor`."""
+    return sum(max(0, floor - held) for held in peers_held)
+
+
+def memory_problem(workers: int, available: int, floor: int = WORKER_FLOOR_BYTES,
+                   peers_held: Sequence[int] = ()) -> str | None:
+    """Why `workers` cannot run in `available` bytes, each needing at least `floor`, when
+    the others of them already running hold `peers_held` (this one is never among them:
+    it has not started TensorFlow yet); or None."""
+    # More than the other workers would be a stale process: count those holding least.
+    peers = sorted(peers_held)[:workers - 1]
+    needed = (workers - len(peers)) * floor + top_ups(peers, floor)
+    if needed <= available:
         return None
-    return (f"{workers} workers on this host need at least {workers * floor // MIB} MiB "
+    fit = max(1, len(peers) + max(0, available - top_ups(peers, floor)) // floor)
+    already = f", {len(peers)} of them running already," if peers else ""
+    more = " more" if peers else ""
+    return (f"{workers} workers on this host{already} need at least {needed // MIB} MiB{more} "
             f"({floor // MIB} MiB each, the least a worker was measured to take) but it has "
-            f"{available // MIB} MiB available: start at most {max(1, available // floor)} here")
+            f"{available // MIB} MiB available: start at most {fit} here")
 
 
 def cores_warning(workers: int, cores: int) -> str | None:
@@ -85,20 +89,19 @@ def cores_warning(workers: int, cores: int) -> str | None:
             f"long or more to start")
 
 
-def check_this_host(environ: Mapping[str, str] = os.environ,
-                    meminfo_path: str = "/proc/meminfo") -> None:
-    """Refuse a host without the memory for its workers (ConfigError from its first
-    worker, a quiet exit with the same status from the others, which horovodrun would
-    end anyway); warn, on rank 0, of more workers than cores."""
-    workers = launched_workers(environ)
-    if workers == 1:
+def check_this_host(share: MachineShare, environ: Mapping[str, str] = os.environ,
+                    meminfo_path: str = "/proc/meminfo", proc: str = "/proc") -> None:
+    """Refuse a machine without the memory for the workers of `share` (ConfigError, from
+    every worker refused); warn, on rank 0, of more workers than cores. `environ` tells
+    the job's other workers already running here (`running_workers`) from the rest."""
+    if share.workers == 1:
         return
     with open(meminfo_path, encoding="ascii") as fh:
-        problem = memory_problem(workers, mem_available(fh.read()))
+        available = mem_available(fh.read())
+    problem = memory_problem(share.workers, available,
+                             peers_held=memory_held_by_peers(environ, proc))
     if problem:
-        if environ.get(LOCAL_RANK) == "0":
-            raise ConfigError(problem)
-        raise SystemExit(ConfigError.exit_code)
-    warning = cores_warning(workers, len(os.sched_getaffinity(0)))
-    if warning and environ.get(RANK) == "0":
+        raise ConfigError(problem)
+    warning = cores_warning(share.workers, len(os.sched_getaffinity(0)))
+    if warning and share.rank == 0:
         print(warning, flush=True)

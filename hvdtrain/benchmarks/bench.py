@@ -229,10 +229,10 @@ def _default_out(model: str) -> str:
 
 def _measure_this_job(args, setups, workers) -> int:
     from hvdtrain import comm
-    from hvdtrain.benchmarks.throughput import Setup, run_setups, start_horovod
+    from hvdtrain.benchmarks.throughput import Setup, run_setups, start_job
 
     measured = [Setup(**s) for s in setups]
-    start_horovod(measured)
+    start_job(measured, args.pin_cores)
     if workers and workers != [comm.size()]:
         raise ConfigError(f"--workers {args.workers} under horovodrun, which started "
                           f"{comm.size()}; leave --workers out, or run bench without horovodrun")

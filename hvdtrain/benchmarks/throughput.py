@@ -26,10 +26,10 @@ from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, e
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
 from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_shape
-from hvdtrain.cpu_cores import pin_worker
 from hvdtrain.errors import ConfigError
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import variable_bytes
+from hvdtrain.training.start import StartedWorker, start_worker
 
 DATASET_OF = {"device": "synthetic-device", "host": "synthetic"}
 
@@ -67,7 +67,7 @@ class Setup:
         return f"{mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else mode
 
 
-def _train_config(setup: Setup, total_steps: int, out: str):
+def _train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
     mode = setup.mode if setup.mode in ("sync", "async") else "local"
     # Independent workers: local SGD whose first round would come after the last step.
     n_sync = (setup.n_sync or 1) if setup.mode in LOCAL_MODES else total_steps + 1
@@ -80,7 +80,7 @@ def _train_config(setup: Setup, total_steps: int, out: str):
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
         fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb,
-        hierarchical_sgd=setup.hierarchical, out=out))
+        hierarchical_sgd=setup.hierarchical, pin_cores=pin_cores, out=out))
 
 
 def _gradient_exchange(model: keras.Model, fp16: bool):
@@ -94,8 +94,9 @@ def _gradient_exchange(model: keras.Model, fp16: bool):
     return tf.function(lambda: comm.average(grads, name="bench_gradients", fp16=fp16))
 
 
-def measure(setup: Setup) -> dict:
-    """Train `setup` on every worker of this job; the row of results, on every worker."""
+def measure(setup: Setup, pin_cores: bool = False) -> dict:
+    """Train `setup` on every worker of this job (started by `start_job` with the same
+    `pin_cores`); the row of results, on every worker."""
     from hvdtrain.training.runner import train
 
     keras.backend.clear_session()
@@ -117,8 +118,8 @@ def measure(setup: Setup) -> dict:
                                         on_device=setup.data == "device")
             summary, averager = {}, None
         else:
-            result = train(_train_config(setup, total_steps, os.path.join(scratch, "run")),
-                           verbose=0, extra_callbacks=tuple(callbacks))
+            cfg = _train_config(setup, total_steps, os.path.join(scratch, "run"), pin_cores)
+            result = train(cfg, verbose=0, extra_callbacks=tuple(callbacks))
             model, summary, averager = result.model, result.summary, result.state_averager
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -216,10 +217,12 @@ def machine() -> dict:
             "horovod": horovod.__version__}
 
 
-def start_horovod(setups: list[Setup]) -> None:
-    """Horovod for a job measuring `setups` (once; later calls change nothing). Host groups
-    need Horovod started with them, before the first setup trains."""
-    comm.init(host_groups=any(setup.hierarchical for setup in setups))
+def start_job(setups: list[Setup], pin_cores: bool = False) -> StartedWorker:
+    """This worker, started (`start_worker`) for a job measuring `setups`: once, with the
+    host groups if any setup is hierarchical (they need Horovod started with them)."""
+    hierarchical = dict(mode="local", hierarchical_sgd=True) if any(
+        setup.hierarchical for setup in setups) else {}
+    return start_worker(load_config(None, dict(hierarchical, pin_cores=pin_cores)))
 
 
 def run_setups(setups: list[Setup], repeats: int = 1,
@@ -227,12 +230,11 @@ def run_setups(setups: list[Setup], repeats: int = 1,
     """Measure each setup `repeats` times in this job, taking turns so that a slow spell
     of the machine hits every setup alike; (rows, machine) on every worker. `pin_cores`
     gives each worker its own share of the machine's cores (`hvdtrain.cpu_cores`)."""
-    start_horovod(setups)
-    cores = pin_worker(comm.local_rank(), comm.local_size()) if pin_cores else None
+    started = start_job(setups, pin_cores)
     measured: list[list[dict]] = [[] for _ in setups]
     for repeat in range(repeats):
         for setup, rows in zip(setups, measured):
-            row = measure(setup)
+            row = measure(setup, pin_cores)
             rows.append(row)
             if comm.is_chief():
                 print(f"hvdtrain: {setup.model} {setup.label}, {row['workers']} worker(s), "
@@ -241,7 +243,7 @@ def run_setups(setups: list[Setup], repeats: int = 1,
                       f"{' / '.join(f'{r:.1f}' for r in row['worker_images_per_sec'])})",
                       flush=True)
     return [combine_repeats(rows) for rows in measured], dict(machine(), cores_per_worker=(
-        len(cores) if cores else None))
+        started.cores if started.pinned else None))
 
 
 def main(argv: list[str]) -> int:

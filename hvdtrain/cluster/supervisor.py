@@ -25,7 +25,7 @@ from hvdtrain.cluster.emulated import EmulatedCluster
 from hvdtrain.cluster.faults import Fault
 from hvdtrain.cluster.topology import Host
 from hvdtrain.files import write_json
-from hvdtrain.host_capacity import SHARED_MACHINE
+from hvdtrain.machine_share import SHARED_MACHINE
 
 # After SIGINT/SIGTERM, the command gets this long to stop before everything is killed.
 GRACE_SECONDS = 10.0

@@ -20,9 +20,7 @@ import numpy as np
 
 from hvdtrain import comm, files
 from hvdtrain.config import TrainConfig, parse_shape
-from hvdtrain.cpu_cores import pin_worker, size_shared_pools
 from hvdtrain.data import DataSource, load_dataset
-from hvdtrain.devices import configure_devices
 from hvdtrain.errors import ConfigError, PeerLostError
 from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
@@ -33,6 +31,7 @@ from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make
 from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, naming_bad_input
 from hvdtrain.training.resume import (Job, ResumePlan, load_initial_weights, on_chief,
                                       plan_resume, restore_on_chief)
+from hvdtrain.training.start import StartedWorker, start_worker
 from hvdtrain.training.summary import run_summary
 from hvdtrain.training.world import (World, costly_period_warning, current_world,
                                      epoch_examples_for)
@@ -62,6 +61,7 @@ class Run:
     state_sync: keras.callbacks.Callback   # LocalSGD or AverageModelStatistics
     callbacks: RunCallbacks
     start_time: float
+    cores_per_worker: float   # this worker's share of its machine's cores (StartedWorker)
     resumed_from_step: int = 0
     history: dict[str, list[float]] = field(default_factory=dict)
 
@@ -70,24 +70,13 @@ def train(cfg: TrainConfig, verbose: int | None = None,
           extra_callbacks: tuple[keras.callbacks.Callback, ...] = ()) -> RunResult:
     """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
     cfg = cfg.resolved()
-    # TensorFlow's own op determinism is left off: it refuses tf.timestamp, which times
-    # every exchange (hvdtrain.keras.exchange_clock), and CPU kernels repeat without it.
-    comm.init(fuse_tensors=not cfg.deterministic, host_groups=cfg.hierarchical_sgd)
-    # Before TensorFlow sizes its thread pools from the cores it may use.
-    if cfg.pin_cores:
-        pin_worker(comm.local_rank(), comm.local_size())
-    else:
-        # This host's workers, not the job's on emulated hosts: a hierarchical or elastic
-        # start has run TensorFlow's runtime by now, and its pools can no longer change.
-        size_shared_pools(comm.local_size())
-    # Before any TensorFlow op: this pins the worker's GPU(s) or splits the CPU.
-    devices = configure_devices(cfg.model_parallel, comm.local_rank())
+    started = start_worker(cfg)  # `hvdtrain train` started it already, before TensorFlow
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())
     data = _training_data(cfg)
     # Checkpoints, logs and the final weights are written as training goes: a full disk
     # or a folder removed meanwhile is named in one line too.
     with run_folder.naming_write_errors(cfg.out):
-        run = _prepare(cfg, data, plan, devices, start, extra_callbacks)
+        run = _prepare(cfg, data, plan, started, start, extra_callbacks)
         with naming_bad_input(data, comm.rank(), comm.size()):
             if cfg.elastic:
                 _fit_elastically(run, verbose)
@@ -172,21 +161,22 @@ def _num_train(cfg: TrainConfig, data: DataSource) -> int | None:
     return data.num_train
 
 
-def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, devices, start: float,
-             extra_callbacks) -> Run:
+def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: StartedWorker,
+             start: float, extra_callbacks) -> Run:
     """Build the model and callbacks, and restore or initialise the state."""
     if plan.saved is not None:
         progress = TrainingProgress(**plan.saved.progress.saved())
     else:
         progress = TrainingProgress(epoch_examples_for(cfg, data, _num_train(cfg, data)))
     world = current_world(cfg, progress)
-    model = compiled_model(cfg, data, world, devices)
+    model = compiled_model(cfg, data, world, started.devices)
     state_sync = state_callback(cfg, model, progress)
     state = checkpoint_state(model, state_sync)
     checkpointer = make_checkpointer(cfg, cfg.out, state, progress)
     callbacks = get_callbacks(cfg, cfg.out, start, progress, state_sync, checkpointer,
                               extra_callbacks, lambda: _eval_data(cfg, data))
-    run = Run(cfg, data, progress, world, model, state_sync, callbacks, start, progress.steps)
+    run = Run(cfg, data, progress, world, model, state_sync, callbacks, start,
+              started.cores, progress.steps)
     if plan.checkpoint:
         restore_on_chief(plan, state, cfg)
     elif cfg.init_weights and cfg.elastic:
@@ -286,7 +276,8 @@ def _finish(run: Run, train_seconds: float, test_loss: float, test_accuracy: flo
     cfg, world = run.cfg, run.world
     summary = run_summary(cfg, world, run.model, run.progress,
                           run.callbacks.throughput.images_per_sec, run.history,
-                          run.resumed_from_step, train_seconds, test_loss, test_accuracy)
+                          run.resumed_from_step, train_seconds, test_loss, test_accuracy,
+                          run.cores_per_worker)
     if comm.is_chief():
         files.atomic_write(os.path.join(cfg.out, run_folder.FINAL_WEIGHTS), run.model.save_weights)
         files.write_json(os.path.join(cfg.out, run_folder.SUMMARY), summary)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import keras
 
 from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig, n_sync_period
-from hvdtrain.host_capacity import launched_workers
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.periods import PerWorkerPeriod
 from hvdtrain.progress import TrainingProgress
@@ -55,7 +53,8 @@ def allreduced_bytes(model: keras.Model, progress: TrainingProgress, fp16: bool)
 
 def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: TrainingProgress,
                 images_per_sec: float, history: dict[str, list[float]], resumed_from_step: int,
-                train_seconds: float, test_loss: float, test_accuracy: float) -> dict[str, Any]:
+                train_seconds: float, test_loss: float, test_accuracy: float,
+                cores_per_worker: float) -> dict[str, Any]:
     """The summary of a run, from this worker's counts."""
     gradient_steps = int(model.optimizer.averaged_steps.numpy())
     return {
@@ -85,8 +84,7 @@ def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: Tr
         "model_parallel": cfg.model_parallel,
         # Rank 0's share of the cores: its own with --pin-cores; else the cores it may
         # use over the workers of its machine that share them (0.062 at 32 on 2 cores).
-        "cores_per_worker": len(os.sched_getaffinity(0)) if cfg.pin_cores else
-        round(len(os.sched_getaffinity(0)) / launched_workers(), 3),
+        "cores_per_worker": cores_per_worker,
         **round_schedule(cfg, world.workers, comm.host_group().hosts),
         **topology(cfg, model, progress),
         # Local SGD's state-averaging rounds; steps whose gradients were allreduced.

@@ -14,8 +14,11 @@ import time
 STARTED = time.time()  # before TensorFlow's import, the bulk of a worker's start-up
 
 from hvdtrain.host_capacity import check_this_host  # noqa: E402
+from hvdtrain.machine_share import MachineShare  # noqa: E402
 
-check_this_host()  # where `hvdtrain train` checks: before TensorFlow
+# Where `hvdtrain train` checks: before TensorFlow (its start_worker does more before the
+# import ends: the cores and Horovod; here the import's end is timed on its own).
+check_this_host(MachineShare.from_environ())
 
 import json  # noqa: E402
 import os  # noqa: E402
