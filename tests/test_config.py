@@ -48,6 +48,9 @@ def test_saved_config_loads_back_identically(tmp_path):
      "--warm-start single needs --warm-start-steps > 0, got --warm-start-steps 0"),
     ({"mode": "local", "outer_lr": 0.5}, "--outer-lr/--outer-momentum need --outer-optimizer"),
     ({"nesterov": True, "momentum": 0.0}, "--nesterov needs --optimizer sgd with --momentum > 0"),
+    ({"lr_scaling": "quadratic"}, "--lr-scaling must be one of linear, sqrt, none, got "
+                                  "'quadratic'"),
+    ({"max_lr": -0.1}, "--max-lr must be zero or positive, got -0.1"),
     ({"validate": "yes"}, "--validate must be true or false, got 'yes'"),
     ({"base_lr": "fast"}, "--base-lr must be a number, got 'fast'"),
     ({"model_parallel": 4}, "--model-parallel must be 1 or 2, got 4"),

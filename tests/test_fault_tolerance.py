@@ -555,7 +555,8 @@ def _assert_progress_in_examples(out, epochs: int):
         spec = schedule_in_examples(cfg.base_lr, cfg.batch_size, record["workers"],
                                     cfg.warmup_epochs * length, epochs * length, cfg.lr_decay, 0, 0,
                                     lr_scaling_workers(counted, cfg.mode in LOCAL_MODES,
-                                                       cfg.local_lr_workers))
+                                                       cfg.local_lr_workers),
+                                    cfg.lr_scaling, cfg.max_lr)
         # The rate logged is the one of the epoch's last step. Near a cosine's end the rate
         # is ~1e-6 and float32's rounding of it ~1e-10: hence an absolute floor too.
         last_step = (record["examples"] - global_batch) / global_batch

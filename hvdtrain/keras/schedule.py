@@ -17,10 +17,12 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from the one-worker rate to the scaled rate, then decay."""
 
     def __init__(self, base_lr, per_worker_batch, workers, warmup_steps, total_steps,
-                 decay="cosine", step_offset=0.0, lr_workers=0):
+                 decay="cosine", step_offset=0.0, lr_workers=0, lr_scaling="linear",
+                 max_lr=0.0):
         super().__init__()
         self.spec = ScheduleSpec(base_lr, per_worker_batch, workers, warmup_steps,
-                                 total_steps, decay, step_offset, lr_workers)
+                                 total_steps, decay, step_offset, lr_workers, lr_scaling,
+                                 max_lr)
 
     @classmethod
     def from_spec(cls, spec: ScheduleSpec) -> "WarmupDecaySchedule":

@@ -33,7 +33,8 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     schedule = schedule_in_examples(
         cfg.base_lr, cfg.batch_size, workers, cfg.warmup_epochs * epoch_examples,
         cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps,
-        lr_scaling_workers(counted, cfg.mode in LOCAL_MODES, cfg.local_lr_workers))
+        lr_scaling_workers(counted, cfg.mode in LOCAL_MODES, cfg.local_lr_workers),
+        cfg.lr_scaling, cfg.max_lr)
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
 
 
