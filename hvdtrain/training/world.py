@@ -50,7 +50,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int) -> str | None:
     period = period_for(cfg.n_sync, workers)
     slots = 0
     if cfg.average_optimizer_state:
-        slots = 2 if cfg.optimizer == "adam" else int(cfg.momentum > 0)
+        slots = 2 if cfg.optimizer in ("adam", "lamb") else int(cfg.momentum > 0)
     if not isinstance(period, int) or period > 1 + slots:
         return None
     return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at {workers} "
