@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from hvdtrain import divergence
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.errors import ConfigError
 from hvdtrain.schedules import LR_SCALINGS
@@ -284,6 +285,15 @@ class TrainConfig:
               "time left), printed by rank 0 when the output is not a terminal, beside Keras's "
               "line per epoch; epochs shorter than this get none; 0 turns them off",
         resumable=True)
+    divergence_guard: bool = _opt(
+        True, f"stop the run, in one line that names the step, the peak rate and the global "
+              f"batch and says what to try, when the training loss averaged over the workers "
+              f"and the last {divergence.WINDOW} steps is not finite, or, after warmup, above "
+              f"{divergence.FACTOR:g} times where training started (the first step's loss, at "
+              f"least ln(classes), the loss of guessing), or was above it during warmup and "
+              f"has not come back below {divergence.RECOVERED:g} x ln(classes) (a network "
+              f"that blew up and died); checked every {divergence.WINDOW} steps with one allreduce "
+              f"of 7 numbers (with --sync-seconds at epoch ends)", resumable=True)
     step_timeout: float = _opt(
         600.0, "seconds without a finished step before a worker ends the job, naming the step "
                "(a dead or hung peer would otherwise stall it forever); 0 turns this off",

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain.errors import ArgumentError
+from hvdtrain.keras.state import base_optimizer
 from hvdtrain.schedules import STEP_DECAY_POINTS, ScheduleSpec
 
 
@@ -51,3 +52,9 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return asdict(self.spec)
+
+
+def peak_learning_rate(optimizer) -> float | None:
+    """The peak of the optimizer's WarmupDecaySchedule (None for any other rate)."""
+    schedule = getattr(base_optimizer(optimizer), "_learning_rate", None)
+    return schedule.spec.peak_lr if isinstance(schedule, WarmupDecaySchedule) else None
