@@ -18,13 +18,23 @@ from typing import Any, Mapping
 
 import yaml
 
+from hvdtrain import divergence
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.errors import ConfigError
 from hvdtrain.periods import LOCAL_MODES, AutoPeriod, PerWorkerPeriod, PeriodError, parse_period
+from hvdtrain.schedules import LR_SCALINGS
 
 # sync averages gradients every step; the local modes, the workers' state every period.
 MODES = ("sync", *LOCAL_MODES)
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
+# How the peak rate follows the global batch, and its cap (0: none). Linear up to 0.1:
+# LeNet in sync mode at a global batch of 1024 diverged or broke down at linear's 0.4 (and
+# at 0.2 and 0.14 for some seeds), and at 512 one seed of three broke down at 0.2, where
+# 0.1 trained at every seed (BENCHMARKS.md, "A recipe for 8 to 32 workers").
+DEFAULT_LR_SCALING = "linear"
+DEFAULT_MAX_LR = 0.1
+# LARS's trust coefficient (You et al. 2017).
+LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 WARM_STARTS = ("sync", "single")
@@ -99,22 +109,45 @@ class TrainConfig:
     batch_size: int = _opt(64, "batch size per worker; the global batch is this times the workers")
 
     # Optimisation.
-    optimizer: str = _opt("sgd", "inner optimizer", OPTIMIZERS)
+    optimizer: str = _opt(
+        "sgd", "inner optimizer. lars: SGD with --momentum whose step for each layer is scaled "
+               "by a trust ratio, --lars-eta x |weights| / (|gradient| + --weight-decay x "
+               "|weights|) (You et al. 2017; biases and BatchNorm excluded), so a layer moves "
+               "about rate x --lars-eta of its weights' norm per step, where SGD moves it rate "
+               "x |gradient|: give it a --base-lr 10 to 30 times SGD's (LeNet at a global batch "
+               "of 256 trained at 1 and 3, diverged at 10). lamb: Keras's Lamb, Adam with the "
+               "same per-layer ratio (rates like Adam's)", OPTIMIZERS)
     base_lr: float = _opt(
-        0.1, "learning rate for a global batch of 256; scaled linearly to the real global batch")
+        0.1, "learning rate for a global batch of 256; scaled to the real global batch by "
+             "--lr-scaling")
+    lr_scaling: str = _opt(
+        DEFAULT_LR_SCALING,
+        "how the peak rate follows the global batch B: linear, --base-lr x B/256 (Goyal et "
+        "al. 2017); sqrt, --base-lr x sqrt(B/256); none, --base-lr whatever B is. Warmup "
+        "starts from one worker's rate under the same rule. LeNet on Fashion-MNIST at a "
+        "global batch of 1024 diverged at linear's peak of 0.4, and at 0.2; 0.1 trained",
+        LR_SCALINGS)
+    max_lr: float = _opt(
+        DEFAULT_MAX_LR, "cap on the peak rate after --lr-scaling (and on the warmup's "
+                        "start); 0: no cap. The default binds from a global batch of 256 "
+                        "(linear): LeNet broke down above it at 512 and 1024")
     warmup_epochs: float = _opt(
         0.5, "epochs over which the rate ramps linearly from the one-worker rate to the scaled rate")
     local_lr_workers: int = _opt(
         DEFAULT_LOCAL_LR_WORKERS,
-        "local and async modes: the linear scaling rule counts at most this many workers "
+        "local and async modes: --lr-scaling counts at most this many workers "
         "(0: all of them), since a local step trains on one worker's batch: at 8 workers the "
         "fully scaled rate made LeNet's local steps diverge where sync's did not",
         modes=LOCAL_MODES, elsewhere="ignored")
     lr_decay: str = _opt("cosine", "decay after warmup", LR_DECAYS)
-    momentum: float = _opt(0.9, "SGD momentum (0 for plain SGD)")
+    momentum: float = _opt(0.9, "momentum of SGD and LARS (0 for none)")
+    lars_eta: float = _opt(
+        LARS_ETA, "--optimizer lars: the trust coefficient, the fraction of a layer's weight "
+                  "norm one step at rate 1 moves it")
     nesterov: bool = _opt(False, "use Nesterov momentum with SGD")
     weight_decay: float = _opt(
-        0.0, "decoupled weight decay applied by the optimizer (biases and BatchNorm excluded)")
+        0.0, "decoupled weight decay applied by the optimizer (biases and BatchNorm "
+             "excluded); LARS's is the paper's, added to the gradient inside its trust ratio")
     seed: int = _opt(42, "random seed for weights, shuffling and dropout")
 
     # Parallelism.
@@ -250,6 +283,15 @@ class TrainConfig:
               "time left), printed by rank 0 when the output is not a terminal, beside Keras's "
               "line per epoch; epochs shorter than this get none; 0 turns them off",
         resumable=True)
+    divergence_guard: bool = _opt(
+        True, f"stop the run, in one line that names the step, the peak rate and the global "
+              f"batch and says what to try, when the training loss averaged over the workers "
+              f"and the last {divergence.WINDOW} steps is not finite, or, after warmup, above "
+              f"{divergence.FACTOR:g} times where training started (the first step's loss, at "
+              f"least ln(classes), the loss of guessing), or was above it during warmup and "
+              f"has not come back below {divergence.RECOVERED:g} x ln(classes) (a network "
+              f"that blew up and died); checked every {divergence.WINDOW} steps with one allreduce "
+              f"of 7 numbers (with --sync-seconds at epoch ends)", resumable=True)
     step_timeout: float = _opt(
         600.0, "seconds without a finished step before a worker ends the job, naming the step "
                "(a dead or hung peer would otherwise stall it forever); 0 turns this off",
@@ -316,8 +358,9 @@ def _check_numbers(cfg: TrainConfig) -> None:
             (_positive_int, ("epochs", "batch_size", "image_size", "keep_checkpoints",
                              "model_parallel", "elastic_commit_every")),
             (_non_negative_int, ("warm_start_steps", "local_lr_workers", "eval_every", "seed")),
-            (_positive_float, ("base_lr", "outer_lr")),
-            (_non_negative_float, ("step_timeout", "log_every", "warmup_epochs", "weight_decay")),
+            (_positive_float, ("base_lr", "outer_lr", "lars_eta")),
+            (_non_negative_float, ("step_timeout", "log_every", "warmup_epochs", "weight_decay",
+                                     "max_lr")),
             (_fraction, ("momentum", "outer_momentum"))):
         for name in names:
             check(cfg, name)
@@ -371,6 +414,9 @@ def _check_dependent_options(cfg: TrainConfig) -> None:
     if cfg.nesterov and (cfg.optimizer != "sgd" or cfg.momentum == 0):
         raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
                           f"got --optimizer {cfg.optimizer} --momentum {cfg.momentum}")
+    if cfg.lars_eta != LARS_ETA and cfg.optimizer != "lars":
+        raise ConfigError(f"--lars-eta needs --optimizer lars, got --lars-eta "
+                          f"{cfg.lars_eta} with --optimizer {cfg.optimizer}")
 
 
 def _check_async(cfg: "TrainConfig") -> None:

@@ -1,4 +1,5 @@
-"""Learning-rate maths: the linear scaling rule and gradual warmup (Goyal et al. 2017).
+"""Learning-rate maths: how the peak rate follows the global batch (the linear scaling
+rule of Goyal et al. 2017, or the square-root rule), and gradual warmup.
 
 `learning_rate_at` is the pure definition; `hvdtrain.keras.schedule` evaluates
 the same formula in TensorFlow ops for a Keras optimizer, and the tests hold the
@@ -11,21 +12,37 @@ import math
 from dataclasses import dataclass
 
 REFERENCE_BATCH = 256
+# How the rate follows the global batch B: linear, base x B/256 (Goyal et al. 2017);
+# sqrt, base x sqrt(B/256), which keeps the variance of a step's update (Krizhevsky
+# 2014, Hoffer et al. 2017); none, base whatever B is.
+LR_SCALINGS = ("linear", "sqrt", "none")
 # Step decay multiplies the rate by 0.1 at these fractions of the post-warmup steps.
 STEP_DECAY_POINTS = (0.5, 0.75)
 
 
-def scaled_lr(base_lr: float, global_batch: int) -> float:
-    """Linear scaling rule: base_lr is the rate for a global batch of 256."""
-    return base_lr * global_batch / REFERENCE_BATCH
+def scaled_lr(base_lr: float, global_batch: int, scaling: str = "linear",
+              max_lr: float = 0.0) -> float:
+    """The rate for `global_batch`: base_lr is the rate for a global batch of 256, scaled
+    by `scaling` (LR_SCALINGS), then capped at `max_lr` (0: no cap)."""
+    ratio = global_batch / REFERENCE_BATCH
+    if scaling == "linear":
+        rate = base_lr * ratio
+    elif scaling == "sqrt":
+        rate = base_lr * math.sqrt(ratio)
+    elif scaling == "none":
+        rate = base_lr
+    else:
+        raise ValueError(f"unknown learning-rate scaling {scaling!r}")
+    return min(rate, max_lr) if max_lr > 0 else rate
 
 
 @dataclass(frozen=True)
 class ScheduleSpec:
     """A schedule in optimizer steps of `workers` × `per_worker_batch` examples.
 
-    The rate is scaled to `lr_workers` × `per_worker_batch` (0: `workers`); local SGD
-    counts fewer workers than it has (`lr_scaling_workers`).
+    The rate is scaled to `lr_workers` × `per_worker_batch` (0: `workers`) by
+    `lr_scaling`, then capped at `max_lr` (0: no cap); local SGD counts fewer workers
+    than it has (`lr_scaling_workers`).
 
     `step_offset` is added to the optimizer's step count: a run that continues with a
     different number of workers (elastic, or resumed with another -np) starts its new
@@ -41,15 +58,20 @@ class ScheduleSpec:
     decay: str = "cosine"
     step_offset: float = 0.0
     lr_workers: int = 0
+    lr_scaling: str = "linear"
+    max_lr: float = 0.0
 
     @property
     def peak_lr(self) -> float:
-        return scaled_lr(self.base_lr, self.per_worker_batch * (self.lr_workers or self.workers))
+        return scaled_lr(self.base_lr, self.per_worker_batch * (self.lr_workers or self.workers),
+                         self.lr_scaling, self.max_lr)
 
     @property
     def initial_lr(self) -> float:
-        # Warmup starts from the rate one worker would use alone.
-        return scaled_lr(self.base_lr, self.per_worker_batch)
+        # Warmup starts from the rate one worker would use alone under the same rule,
+        # which is never above the peak: every rule grows with the batch, and the cap
+        # holds both.
+        return scaled_lr(self.base_lr, self.per_worker_batch, self.lr_scaling, self.max_lr)
 
 
 def lr_scaling_workers(workers: int, local_steps: bool, cap: int) -> int:
@@ -62,7 +84,8 @@ def lr_scaling_workers(workers: int, local_steps: bool, cap: int) -> int:
 def schedule_in_examples(base_lr: float, per_worker_batch: int, workers: int,
                          warmup_examples: float, total_examples: float, decay: str,
                          examples_done: int, steps_done: int,
-                         lr_workers: int = 0) -> ScheduleSpec:
+                         lr_workers: int = 0, lr_scaling: str = "linear",
+                         max_lr: float = 0.0) -> ScheduleSpec:
     """The schedule for the current workers of a run whose lengths are in examples.
 
     After `steps_done` optimizer steps that consumed `examples_done` examples, step
@@ -71,7 +94,8 @@ def schedule_in_examples(base_lr: float, per_worker_batch: int, workers: int,
     global_batch = per_worker_batch * workers
     return ScheduleSpec(base_lr, per_worker_batch, workers, warmup_examples / global_batch,
                         total_examples / global_batch, decay,
-                        examples_done / global_batch - steps_done, lr_workers)
+                        examples_done / global_batch - steps_done, lr_workers, lr_scaling,
+                        max_lr)
 
 
 def learning_rate_at(step: int, spec: ScheduleSpec) -> float:

@@ -161,6 +161,8 @@ def test_local_sgd_resolves_a_period_per_worker_for_its_workers():
     (dict(mode="local", average_optimizer_state=False), 20, False),
     (dict(mode="async", n_sync=2, momentum=0.0), 4, False),  # no slots: half of sync's bytes
     (dict(mode="local", n_sync=3, optimizer="adam"), 4, True),  # weights and two moments
+    (dict(mode="local", n_sync=3, optimizer="lamb"), 4, True),  # Lamb's two moments too
+    (dict(mode="local", n_sync=3, optimizer="lars"), 4, False),  # LARS's momentum only
     (dict(mode="local", n_sync=1), 4, True),
     (dict(mode="local", n_sync=1), 1, False),          # one worker sends nothing
     (dict(mode="async"), 8, False),                    # 2 steps, no momentum averaged

@@ -170,6 +170,24 @@ def test_single_process_run_without_horovodrun(tmp_path, idx_dataset_dir):
     assert summary["test_accuracy"] > 0.5    # the generated pattern is easy; chance is 0.1
 
 
+@pytest.mark.slow
+def test_a_diverging_run_ends_in_the_guards_one_line_without_a_traceback(tmp_path,
+                                                                          idx_dataset_dir):
+    # At rate 2 the small dataset's LeNet spikes to a loss near 70 after about 20 steps,
+    # and then sits at ln(10): without the guard it would finish at chance, exit 0.
+    result = _run("train", "--data-dir", idx_dataset_dir, "--out", str(tmp_path / "run"),
+                  "--batch-size", "8", "--epochs", "1", "--steps-per-epoch", "60",
+                  "--no-validate", "--warmup-epochs", "0", "--lr-decay", "constant",
+                  "--base-lr", "2", "--log-every", "0")
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("hvdtrain: error: training diverged at step "), last
+    assert "(peak learning rate 0.0625 for a global batch of 8); try --lr-scaling sqrt, " \
+           "--max-lr 0.0156, --optimizer lars, or a lower --base-lr" in last
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
 def _run(*argv, timeout=180):
     return subprocess.run([sys.executable, "-m", "hvdtrain", *argv], capture_output=True,
                           text=True, timeout=timeout)

@@ -475,6 +475,25 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_pa
                 assert np.all(np.isfinite(value)), (path, name)
 
 
+@pytest.mark.multiprocess
+def test_the_divergence_guard_stops_both_workers_at_the_same_step(tmp_path, idx_dataset_dir):
+    # Two workers of 8 at rate 4 (peak 0.25): the loss spikes to about 40 within 20 steps.
+    result = subprocess.run(
+        _train_command(idx_dataset_dir, tmp_path / "run", "--base-lr", "4", "--warmup-epochs",
+                       "0", "--lr-decay", "constant", "--log-every", "0"),
+        capture_output=True, text=True, env=_env(), timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    stops = dict(re.findall(r"\[(\d)\]<stderr>:hvdtrain: error: (training diverged at step \d+)",
+                            output))
+    assert set(stops) == {"0", "1"} and stops["0"] == stops["1"], output[-3000:]
+    # The first to exit left with the guard's code; horovodrun then ends the other, which
+    # has stopped by itself already (its line above), not for a lost peer.
+    assert re.search(r"Process \d exit with status code 4\.", output), output[-3000:]
+    assert "lost a peer" not in output and "<stderr>:Traceback" not in output
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
 @pytest.mark.long
 @pytest.mark.multiprocess
 def test_a_hung_worker_ends_the_job_within_the_step_timeout(tmp_path, idx_dataset_dir):
@@ -555,7 +574,8 @@ def _assert_progress_in_examples(out, epochs: int):
         spec = schedule_in_examples(cfg.base_lr, cfg.batch_size, record["workers"],
                                     cfg.warmup_epochs * length, epochs * length, cfg.lr_decay, 0, 0,
                                     lr_scaling_workers(counted, cfg.mode in LOCAL_MODES,
-                                                       cfg.local_lr_workers))
+                                                       cfg.local_lr_workers),
+                                    cfg.lr_scaling, cfg.max_lr)
         # The rate logged is the one of the epoch's last step. Near a cosine's end the rate
         # is ~1e-6 and float32's rounding of it ~1e-10: hence an absolute floor too.
         last_step = (record["examples"] - global_batch) / global_batch

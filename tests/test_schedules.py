@@ -16,6 +16,48 @@ def test_linear_scaling_rule_uses_global_batch_over_256():
     assert SPEC.initial_lr == pytest.approx(0.025)   # one worker's batch of 64
 
 
+@pytest.mark.parametrize("scaling, peak_1024, peak_64", [
+    ("linear", 0.4, 0.025), ("sqrt", 0.2, 0.05), ("none", 0.1, 0.1)])
+def test_the_peak_follows_the_global_batch_by_the_chosen_rule(scaling, peak_1024, peak_64):
+    assert scaled_lr(0.1, 256, scaling) == pytest.approx(0.1)  # the reference batch
+    assert scaled_lr(0.1, 1024, scaling) == pytest.approx(peak_1024)
+    assert scaled_lr(0.1, 64, scaling) == pytest.approx(peak_64)
+    with pytest.raises(ValueError, match="quadratic"):
+        scaled_lr(0.1, 1024, "quadratic")
+
+
+def test_max_lr_caps_the_peak_after_scaling_and_zero_means_no_cap():
+    assert scaled_lr(0.1, 1024, "linear", max_lr=0.1) == pytest.approx(0.1)
+    assert scaled_lr(0.1, 1024, "sqrt", max_lr=0.15) == pytest.approx(0.15)
+    assert scaled_lr(0.1, 512, "linear", max_lr=0.5) == pytest.approx(0.2)  # under the cap
+    assert scaled_lr(0.1, 1024, "linear", max_lr=0.0) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("scaling, max_lr, initial, peak", [
+    ("linear", 0.0, 0.0125, 0.4),   # 32 workers of 32: one worker's 32 / 256
+    ("sqrt", 0.0, 0.1 * math.sqrt(32 / 256), 0.2),
+    ("none", 0.0, 0.1, 0.1),        # no ramp: the one-worker rate is the peak
+    ("linear", 0.1, 0.0125, 0.1),
+    ("none", 0.05, 0.05, 0.05),     # the cap holds the warmup's start too
+])
+def test_warmup_starts_from_one_workers_rate_under_the_same_rule(scaling, max_lr, initial,
+                                                                   peak):
+    spec = ScheduleSpec(0.1, 32, 32, 29, 117, "cosine", lr_scaling=scaling, max_lr=max_lr)
+    assert (spec.initial_lr, spec.peak_lr) == pytest.approx((initial, peak))
+    assert learning_rate_at(0, spec) == pytest.approx(initial)
+    assert learning_rate_at(29, spec) == pytest.approx(peak)
+
+
+@pytest.mark.parametrize("scaling", ["linear", "sqrt", "none"])
+def test_warmup_never_starts_above_the_peak(scaling):
+    for batch, workers, lr_workers, max_lr in [(512, 8, 1, 0.12), (32, 1, 0, 0.0),
+                                               (16, 64, 0, 0.3), (300, 3, 2, 0.0)]:
+        spec = ScheduleSpec(0.1, batch, workers, 10, 100, lr_workers=lr_workers,
+                            lr_scaling=scaling, max_lr=max_lr)
+        assert spec.initial_lr <= spec.peak_lr
+        assert max(learning_rate_at(s, spec) for s in range(100)) == pytest.approx(spec.peak_lr)
+
+
 def test_warmup_ramps_linearly_from_one_worker_rate_to_scaled_rate():
     assert learning_rate_at(0, SPEC) == pytest.approx(0.025)
     assert learning_rate_at(50, SPEC) == pytest.approx(0.0625)
@@ -71,7 +113,8 @@ def test_keras_schedule_matches_pure_function(decay):
 
     from hvdtrain.keras.schedule import WarmupDecaySchedule
 
-    spec = ScheduleSpec(0.1, 32, 8, 37.5, 400.25, decay, step_offset=-2.5, lr_workers=6)
+    spec = ScheduleSpec(0.1, 32, 8, 37.5, 400.25, decay, step_offset=-2.5, lr_workers=6,
+                        lr_scaling="sqrt", max_lr=0.15)
     schedule = WarmupDecaySchedule.from_spec(spec)
     for step in (0, 1, 20, 36, 37, 38, 200, 300, 399, 400, 450):
         assert float(schedule(tf.constant(step))) == pytest.approx(
@@ -82,9 +125,16 @@ def test_keras_schedule_matches_pure_function(decay):
     assert math.isclose(float(clone(tf.constant(10))), learning_rate_at(10, spec), rel_tol=1e-5)
 
 
-@pytest.mark.parametrize("mode, cap, peak", [("sync", 4, 0.2), ("local", 4, 0.1),
-                                             ("async", 4, 0.1), ("local", 0, 0.2)])
-def test_a_runs_world_caps_the_rate_of_local_steps_only(monkeypatch, mode, cap, peak):
+@pytest.mark.parametrize("mode, cap, peak, options", [
+    ("sync", 4, 0.2, {"max_lr": 0}), ("local", 4, 0.1, {}), ("async", 4, 0.1, {}),
+    ("local", 0, 0.2, {"max_lr": 0}),
+    ("sync", 4, 0.1, {}),  # the default cap: linear's 0.2 at a global batch of 512 broke down
+    ("sync", 4, 0.1 * math.sqrt(2), {"lr_scaling": "sqrt", "max_lr": 0}),
+    ("sync", 4, 0.15, {"max_lr": 0.15}),
+    ("local", 4, 0.1, {"lr_scaling": "none", "max_lr": 0.3}),
+    ("local", 8, 0.05, {"lr_scaling": "sqrt", "max_lr": 0.05}),
+])
+def test_a_runs_world_caps_the_rate_of_local_steps_only(monkeypatch, mode, cap, peak, options):
     from hvdtrain import comm
     from hvdtrain.config import TrainConfig
     from hvdtrain.progress import TrainingProgress
@@ -92,6 +142,6 @@ def test_a_runs_world_caps_the_rate_of_local_steps_only(monkeypatch, mode, cap, 
 
     monkeypatch.setattr(comm, "size", lambda: 8)
     monkeypatch.setattr(comm, "rank", lambda: 0)
-    cfg = TrainConfig(mode=mode, local_lr_workers=cap, base_lr=0.1, batch_size=64)
+    cfg = TrainConfig(mode=mode, local_lr_workers=cap, base_lr=0.1, batch_size=64, **options)
     world = current_world(cfg, TrainingProgress(epoch_examples=5120))
     assert world.global_batch == 512 and world.schedule.peak_lr == pytest.approx(peak)

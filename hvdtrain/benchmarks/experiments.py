@@ -7,7 +7,9 @@ start is the paper's own warm start: those steps count on one worker only, then 
 worker takes its state. One worker has no local phase, so it is one run, the
 reference, as is a synchronous run with more workers (--modes sync). With
 --eval-every, the table also says when each run first reached a target accuracy
-(`hvdtrain.benchmarks.time_to_accuracy`). Every run is an ordinary `hvdtrain train` run
+(`hvdtrain.benchmarks.time_to_accuracy`). With --seeds, every setting runs once per
+seed, and a second table gives each setting's mean accuracy over them with its 95%
+interval (`hvdtrain.benchmarks.seeds`). Every run is an ordinary `hvdtrain train` run
 folder under OUT/runs/; a sweep started again skips the runs that finished and resumes
 the one that stopped.
 """
@@ -17,12 +19,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hvdtrain.benchmarks.launching import run_job, tool
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
 from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_command, topology
+from hvdtrain.benchmarks.seeds import (SETTING_COLUMNS, add_seeds_option, format_settings_table,
+                                       parse_seeds, seed_suffix, summarize_seeds)
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
 from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
                              parse_choice_list, parse_int_list, refused_in)
@@ -43,8 +47,8 @@ BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIO
 SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
                    "averaging_rounds", "total_steps")
 TARGET_COLUMNS = ("target", "seconds_to_target", "examples_to_target", "bytes_to_target")
-COLUMNS = ("name", "workers", "mode", "n_sync", "start", "final_training_error", *SUMMARY_COLUMNS,
-           *TARGET_COLUMNS)
+COLUMNS = ("name", "workers", "mode", "n_sync", "start", "seed", "final_training_error",
+           *SUMMARY_COLUMNS, *TARGET_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,18 @@ class GridRun:
     n_sync: int | str | None  # None: synchronous (one worker, or --modes sync)
     start: str
     mode: str = "local"  # or async (rounds behind training), hlocal, hasync (hierarchical)
+    seed: int | None = None  # None: the shared options' --seed (a sweep without --seeds)
+
+    @property
+    def run_name(self) -> str:
+        """The run's folder under runs/: the setting's `name`, and its seed with --seeds."""
+        return self.name + seed_suffix(self.seed)
 
     def train_options(self, warm_start_steps: int) -> list[str]:
+        seed = [] if self.seed is None else ["--seed", str(self.seed)]
+        return self._grid_options(warm_start_steps) + seed
+
+    def _grid_options(self, warm_start_steps: int) -> list[str]:
         if self.n_sync is None:
             # The shared options may set an outer optimizer for the local runs.
             return ["--mode", "sync", *(option for name, default in refused_in("sync")
@@ -84,6 +98,15 @@ def grid(workers: list[int], n_syncs: list, starts: list[str],
         for mode in (m for m in dict.fromkeys(modes) if m != "sync"):
             runs += _local_runs(count, n_syncs, starts, mode, slots)
     return runs
+
+
+def with_seeds(runs: list[GridRun], seeds: list[int] | None) -> list[GridRun]:
+    """Every run once per seed, the whole grid for one seed before the next, so that a
+    sweep stopped early has whole passes and slow drift of the machine is spread over
+    the settings alike."""
+    if seeds is None:
+        return runs
+    return [replace(run, seed=seed) for seed in seeds for run in runs]
 
 
 def _local_runs(count: int, n_syncs: list, starts: list[str], mode: str,
@@ -136,6 +159,7 @@ def add_parser(commands) -> None:
                         help="any of cold (local from the first step), warm (synchronous "
                              "steps first) and single (one worker's steps first, as in the "
                              "paper) (default: cold,warm)")
+    add_seeds_option(parser)
     parser.add_argument("--warm-start-steps", type=int, default=200,
                         help="steps of a warm or single start (default: 200)")
     parser.add_argument("--window", type=int, default=PAPER_WINDOW,
@@ -164,15 +188,16 @@ def _failure(run: GridRun, code: int, log_path: str) -> HvdtrainError:
                       if "hvdtrain: error: " in line]
         # The first error is the cause; the others are workers that lost it as a peer.
         reason = f": {errors[0]}" if errors else ""
-    return HvdtrainError(f"sweep run {run.name} failed (exit {code}){reason}; log: {log_path}")
+    return HvdtrainError(f"sweep run {run.run_name} failed (exit {code}){reason}; log: {log_path}")
 
 
-def _row(run: GridRun, run_dir: str, window: int) -> dict:
+def _row(run: GridRun, run_dir: str, window: int, shared_seed: int) -> dict:
     summary = files.read_json(os.path.join(run_dir, run_folder.SUMMARY))
     curve = load_curve(run_dir)
-    return {"name": run.name, "workers": run.workers, "mode": run.mode if run.n_sync else "sync",
-            "n_sync": run.n_sync or "",
-            "start": run.start, "final_training_error": sliding_mean(curve.error, window)[-1],
+    return {"name": run.run_name, "setting": run.name, "workers": run.workers,
+            "mode": run.mode if run.n_sync else "sync", "n_sync": run.n_sync or "",
+            "start": run.start, "seed": shared_seed if run.seed is None else run.seed,
+            "final_training_error": sliding_mean(curve.error, window)[-1],
             **{k: summary[k] for k in SUMMARY_COLUMNS}}
 
 
@@ -185,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
     runs = grid(workers, parse_period_list(args.n_sync), starts,
                 tuple(parse_choice_list(args.modes, "--modes", SWEEP_MODES)),
                 args.slots if args.hosts is not None else None)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+    runs = with_seeds(runs, seeds)
     if args.target is not None and not 0 < args.target <= 1:
         raise ConfigError(f"--target must be an accuracy in (0, 1], got {args.target}")
     if args.window <= 0:
@@ -195,34 +222,47 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     base_path = os.path.join(args.out, "base.yaml")
     files.atomic_write(base_path, base.save_yaml)
+    rows = [_train_or_skip(args, grid_run, number, len(runs), base_path, base.seed)
+            for number, grid_run in enumerate(runs, start=1)]
+    run_dirs = [os.path.join(args.out, "runs", r.run_name) for r in runs]
+    add_time_to_target(rows, run_dirs, args.target)
+    _report(args, base, rows, run_dirs, summarize_seeds(rows) if seeds else None)
+    return 0
 
-    rows = []
-    for number, grid_run in enumerate(runs, start=1):
-        run_dir = os.path.join(args.out, "runs", grid_run.name)
-        if not os.path.exists(os.path.join(run_dir, run_folder.SUMMARY)):
-            log_path = run_dir + ".log"
-            print(f"hvdtrain: sweep run {number}/{len(runs)}: {grid_run.name}; log: {log_path}",
-                  flush=True)
-            command = [tool("hvdtrain"), "train", "--config", base_path,
-                       *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
-            result = run_job(job_command(args, grid_run.workers, command), log_path)
-            if result.returncode != 0:
-                raise _failure(grid_run, result.returncode, log_path)
-        rows.append(_row(grid_run, run_dir, args.window))
-    add_time_to_target(rows, [os.path.join(args.out, "runs", r.name) for r in runs], args.target)
 
-    files.write_json(os.path.join(args.out, "sweep.json"),
-                          {"base_config": base.to_dict(), "window": args.window,
-                           "link_rate": args.link_rate,
-                           "topology": topology(args.hosts, args.link_rate, args.hostfile, args.slots),
-                           "warm_start_steps": args.warm_start_steps, "runs": rows})
+def _train_or_skip(args: argparse.Namespace, grid_run: GridRun, number: int, count: int,
+                   base_path: str, shared_seed: int) -> dict:
+    """The run's row: trained now unless an earlier sweep finished it."""
+    run_dir = os.path.join(args.out, "runs", grid_run.run_name)
+    if not os.path.exists(os.path.join(run_dir, run_folder.SUMMARY)):
+        log_path = run_dir + ".log"
+        print(f"hvdtrain: sweep run {number}/{count}: {grid_run.run_name}; log: {log_path}",
+              flush=True)
+        command = [tool("hvdtrain"), "train", "--config", base_path,
+                   *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
+        result = run_job(job_command(args, grid_run.workers, command), log_path)
+        if result.returncode != 0:
+            raise _failure(grid_run, result.returncode, log_path)
+    return _row(grid_run, run_dir, args.window, shared_seed)
+
+
+def _report(args: argparse.Namespace, base: TrainConfig, rows: list[dict],
+            run_dirs: list[str], settings: list[dict] | None) -> None:
+    """sweep.json, sweep.csv (and sweep-settings.csv with --seeds), the plots, the tables."""
+    report = {"base_config": base.to_dict(), "window": args.window, "link_rate": args.link_rate,
+              "topology": topology(args.hosts, args.link_rate, args.hostfile, args.slots),
+              "warm_start_steps": args.warm_start_steps, "runs": rows}
+    if settings is not None:
+        report["settings"] = settings
+        files.write_csv(os.path.join(args.out, "sweep-settings.csv"), settings, SETTING_COLUMNS)
+    files.write_json(os.path.join(args.out, "sweep.json"), report)
     files.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
     targets = {row["target"] for row in rows if row["workers"] > 1 and row["target"] != ""}
-    plot_runs([os.path.join(args.out, "runs", r.name) for r in runs], args.out, args.window,
-              targets.pop() if len(targets) == 1 else None)
+    plot_runs(run_dirs, args.out, args.window, targets.pop() if len(targets) == 1 else None)
     print(format_table(rows, args.window))
+    if settings is not None:
+        print(format_settings_table(settings))
     print(f"hvdtrain: wrote sweep.json, sweep.csv and the plots in {args.out}", flush=True)
-    return 0
 
 
 def parse_period_list(text: str) -> list[int | str]:
@@ -245,10 +285,13 @@ def periods_for(n_syncs: list[int | str], workers: int, hosts: int = 1) -> list[
 
 
 def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:
-    """Each row gains the target and when its run first reached it."""
-    finals = {(r["workers"], r["mode"]): r["test_accuracy"] for r in rows
-              if r["mode"] == "sync"}
-    targets = default_targets(finals)
+    """Each row gains the target and when its run first reached it. With --seeds the
+    default target comes from the synchronous runs' mean over the seeds."""
+    finals: dict[tuple[int, str], list[float]] = {}
+    for r in rows:
+        if r["mode"] == "sync":
+            finals.setdefault((r["workers"], r["mode"]), []).append(r["test_accuracy"])
+    targets = default_targets({key: sum(accs) / len(accs) for key, accs in finals.items()})
     for row, run_dir in zip(rows, run_dirs):
         goal = target if target is not None else targets.get(row["workers"])
         row.update(target_row(load_points(run_dir), goal))

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain.errors import ArgumentError
+from hvdtrain.keras.state import base_optimizer
 from hvdtrain.schedules import STEP_DECAY_POINTS, ScheduleSpec
 
 
@@ -17,10 +18,12 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from the one-worker rate to the scaled rate, then decay."""
 
     def __init__(self, base_lr, per_worker_batch, workers, warmup_steps, total_steps,
-                 decay="cosine", step_offset=0.0, lr_workers=0):
+                 decay="cosine", step_offset=0.0, lr_workers=0, lr_scaling="linear",
+                 max_lr=0.0):
         super().__init__()
         self.spec = ScheduleSpec(base_lr, per_worker_batch, workers, warmup_steps,
-                                 total_steps, decay, step_offset, lr_workers)
+                                 total_steps, decay, step_offset, lr_workers, lr_scaling,
+                                 max_lr)
 
     @classmethod
     def from_spec(cls, spec: ScheduleSpec) -> "WarmupDecaySchedule":
@@ -49,3 +52,9 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return asdict(self.spec)
+
+
+def peak_learning_rate(optimizer) -> float | None:
+    """The peak of the optimizer's WarmupDecaySchedule (None for any other rate)."""
+    schedule = getattr(base_optimizer(optimizer), "_learning_rate", None)
+    return schedule.spec.peak_lr if isinstance(schedule, WarmupDecaySchedule) else None

@@ -6,7 +6,8 @@ Order, for every `fit` of the run:
      `AverageModelStatistics`, so later ones see the consensus model; then the
      evaluations within epochs (`--eval-every`), which ask it for consensus first;
   3. throughput, then `MetricAverage` (which averages what came before it), the
-     finite-loss guard and the step log, then the user's extra callbacks;
+     finite-loss guard, the divergence guard (before anything logs or saves what a
+     diverged step left) and the step log, then the user's extra callbacks;
   4. rank 0 only: progress lines within an epoch, the metrics log, TensorBoard and
      checkpoints, which read averaged metrics and the consensus weights;
   5. the elastic commit, which may end the `fit` and so comes after the epoch's logs;
@@ -31,6 +32,7 @@ from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, CountProgress, ElasticCommit,
                                          FiniteLossGuard, MetricsLog, StepLog, ThroughputMeter)
 from hvdtrain.training.checkpoints import CheckpointStore
+from hvdtrain.training.divergence_guard import DivergenceGuard
 from hvdtrain.training.periodic_eval import PeriodicEvaluation
 from hvdtrain.training.progress_log import ProgressLog
 from hvdtrain.training.watchdog import StepWatchdog
@@ -58,8 +60,10 @@ class RunCallbacks:
 def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: TrainingProgress,
                   state_sync: keras.callbacks.Callback, checkpointer: Checkpointer,
                   extra: tuple[keras.callbacks.Callback, ...] = (),
-                  test_data: Callable[[], tf.data.Dataset] | None = None) -> RunCallbacks:
-    """`test_data`: this worker's part of the test split, for `--eval-every`."""
+                  test_data: Callable[[], tf.data.Dataset] | None = None,
+                  classes: int = 0) -> RunCallbacks:
+    """`test_data`: this worker's part of the test split, for `--eval-every`; `classes`:
+    the model's, for the divergence guard's reference (0: unknown)."""
     throughput = ThroughputMeter(progress)
     one_worker_warm_start = cfg.mode in LOCAL_MODES and cfg.warm_start == "single"
     step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start_time, progress,
@@ -71,10 +75,13 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
                                     progress, start_time,
                                     os.path.join(run_dir, run_folder.METRICS),
                                     cfg.fp16_allreduce, beat=watchdog.beat if watchdog else None)
+    divergence = [DivergenceGuard(progress, cfg.batch_size, cfg.warmup_epochs, classes,
+                                  at_epoch_ends=cfg.sync_seconds is not None)
+                  ] if cfg.divergence_guard else []
     every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, evaluation,
                   throughput,
-                  MetricAverage(), FiniteLossGuard(progress, checkpointer.store), step_log,
-                  *extra]
+                  MetricAverage(), FiniteLossGuard(progress, checkpointer.store), *divergence,
+                  step_log, *extra]
     progress_log = [ProgressLog(progress, cfg.epochs, cfg.log_every)] if cfg.log_every else []
     chief_only = [
         *progress_log,

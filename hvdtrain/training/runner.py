@@ -174,7 +174,8 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: Star
     state = checkpoint_state(model, state_sync)
     checkpointer = make_checkpointer(cfg, cfg.out, state, progress)
     callbacks = get_callbacks(cfg, cfg.out, start, progress, state_sync, checkpointer,
-                              extra_callbacks, lambda: _eval_data(cfg, data))
+                              extra_callbacks, lambda: _eval_data(cfg, data),
+                              classes=data.num_classes)
     run = Run(cfg, data, progress, world, model, state_sync, callbacks, start,
               started.cores, progress.steps)
     if plan.checkpoint:

@@ -34,7 +34,8 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     schedule = schedule_in_examples(
         cfg.base_lr, cfg.batch_size, workers, cfg.warmup_epochs * epoch_examples,
         cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps,
-        lr_scaling_workers(counted, cfg.mode in LOCAL_MODES, cfg.local_lr_workers))
+        lr_scaling_workers(counted, cfg.mode in LOCAL_MODES, cfg.local_lr_workers),
+        cfg.lr_scaling, cfg.max_lr)
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
 
 
@@ -52,7 +53,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | N
     period = resolve_period(cfg.n_sync, workers, hosts)
     slots = 0
     if cfg.average_optimizer_state:
-        slots = 2 if cfg.optimizer == "adam" else int(cfg.momentum > 0)
+        slots = 2 if cfg.optimizer in ("adam", "lamb") else int(cfg.momentum > 0)
     if not isinstance(period, int) or period > 1 + slots:
         return None
     return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at "

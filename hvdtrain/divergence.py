@@ -1,0 +1,112 @@
+"""When a run has diverged: the rule of `--divergence-guard`, and what it says (pure).
+
+The loss is judged over windows of WINDOW steps, averaged over the workers: one step's
+loss on one worker's minibatch is too noisy to stop a run on. Its reference is where
+training started, the first step's loss averaged over the workers, but never below
+ln(classes), the loss of guessing uniformly, which is where a fresh run starts (2.3 for
+10 classes). Not the mean of a first window of steps: the blow-ups this guards against
+came within it (LeNet at a global batch of 1024: loss 6.4 at step 10 at peak 0.4, 24 at
+step 22 at peak 0.2), and would have raised the reference with them. The floor keeps a
+run resumed, or started from --init-weights, at a low loss from being held to it.
+
+After warmup the run stops when the mean of the last window is more than FACTOR times
+the reference: a model far worse than guessing (3.45 for 10 classes), which a run that
+still learns does not reach. 2 would let a blow-up that settles between 3.5 and 4.6 go
+on, so 1.5. It also stops when a window rose that high earlier, during warmup, and the
+loss has not come back below RECOVERED times ln(classes) since: a network that blew up
+dies to constant outputs, whose loss is ln(classes) and whose accuracy is chance, the
+"silent 10%" of those runs (LeNet on the tests' small dataset at rate 2, batch 8: 69.7 at
+step 23, then 2.2 to 2.5 for good). 0.9 leaves room for the noise of such a window's
+mean; a run that recovered learns on, well below it. During warmup only a non-finite
+loss stops the run: the rate is still rising, and a rise may recover. What no rule on
+the loss alone tells from slow learning: a run that thrashed near ln(classes) from the
+start without ever rising 1.5 times above it (the same at rate 10: every window between
+2.2 and 3.3); its test accuracy does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+WINDOW = 20
+FACTOR = 1.5
+RECOVERED = 0.9
+
+
+@dataclass(frozen=True)
+class LossHistory:
+    """What every worker knows of the run's loss, the same on each: the first step's loss
+    averaged over the workers, and the highest window mean so far."""
+
+    first: float
+    highest: float
+
+
+def reference_loss(first_loss: float, classes: int) -> float:
+    """Where training started, `first_loss`, but at least ln(classes)."""
+    return max(first_loss, math.log(classes)) if classes > 1 else first_loss
+
+
+def reason_to_stop(window_mean: float, history: LossHistory, classes: int,
+                   after_warmup: bool, steps: int = WINDOW) -> str | None:
+    """Why the run has diverged, or None (the rules are in this module's docstring)."""
+    if not math.isfinite(window_mean):
+        return f"the training loss averaged over the last {steps} steps is {window_mean}"
+    reference = reference_loss(history.first, classes)
+    if not after_warmup:
+        return None
+    if window_mean > FACTOR * reference:
+        return (f"the training loss averaged over the last {steps} steps, "
+                f"{window_mean:.3g}, is above {FACTOR:g} times where training started, "
+                f"{reference:.3g}")
+    # A network that died predicts by its biases: the loss of guessing.
+    guessing = math.log(classes) if classes > 1 else reference
+    if history.highest > FACTOR * reference and window_mean > RECOVERED * guessing:
+        return (f"the training loss rose to {history.highest:.3g} (a mean over {WINDOW} "
+                f"steps), above {FACTOR:g} times where training started, {reference:.3g}, "
+                f"and has not come back down: {window_mean:.3g} over the last {steps} steps")
+    return None
+
+
+def shares(own_first: float | None, agreed: LossHistory | None, window_sum: float,
+           window_steps: int) -> dict[str, float]:
+    """One worker's part of the average over the workers that `agree` reads: its window,
+    and the history it agreed on at an earlier check, or else its own first step's loss
+    (a worker that joined an elastic job has none agreed, and its first loss is not the
+    run's)."""
+    has_own = agreed is None and own_first is not None
+    return {"sum": window_sum, "steps": float(window_steps),
+            "agreed_first": agreed.first if agreed else 0.0,
+            "agreed_highest": agreed.highest if agreed else 0.0,
+            "has_agreed": float(agreed is not None),
+            "first": own_first if has_own else 0.0, "has_first": float(has_own)}
+
+
+def agree(mean: Mapping[str, float]) -> tuple[float, LossHistory] | None:
+    """From the workers' average of `shares`: the window's mean loss and the history
+    with it, the same on every worker; None if no worker has trained a step since the
+    last check. The history is the one agreed earlier if any worker holds it, else the
+    run's first check's (each worker's own first step, averaged)."""
+    if mean["steps"] == 0:
+        return None
+    window_mean = mean["sum"] / mean["steps"]
+    if mean["has_agreed"] > 0:
+        first = mean["agreed_first"] / mean["has_agreed"]
+        highest = max(mean["agreed_highest"] / mean["has_agreed"], window_mean)
+    else:
+        first, highest = mean["first"] / mean["has_first"], window_mean
+    return window_mean, LossHistory(first, highest)
+
+
+def divergence_message(reason: str, step: int, peak_lr: float | None,
+                       global_batch: int) -> str:
+    """The one line a diverged run ends with: where, at what rate, and what to try. The
+    cap it suggests is a quarter of the peak: LeNet's 0.4 at a global batch of 1024
+    diverged, half of it too, a quarter trained."""
+    peak = f"peak learning rate {peak_lr:.4g}" if peak_lr is not None else "its learning rate"
+    cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
+    return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
+            f"{global_batch}); try --lr-scaling sqrt, {cap}, --optimizer lars, or a lower "
+            f"--base-lr (--no-divergence-guard lets it go on)")

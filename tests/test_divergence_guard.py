@@ -1,0 +1,169 @@
+"""--divergence-guard: the rule (hvdtrain.divergence) and the callback fed Keras's logs."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from hvdtrain.divergence import (FACTOR, RECOVERED, WINDOW, LossHistory, agree,
+                                 divergence_message, reason_to_stop, reference_loss, shares)
+
+FRESH = LossHistory(first=2.3, highest=2.3)  # a run that has not risen above its start
+
+
+def test_a_non_finite_window_stops_the_run_even_during_warmup():
+    for loss in (math.nan, math.inf):
+        assert str(loss) in reason_to_stop(loss, FRESH, 10, after_warmup=False)
+        assert str(loss) in reason_to_stop(loss, FRESH, 10, after_warmup=True)
+
+
+def test_a_blow_up_stops_the_run_after_warmup_only():
+    blown = FACTOR * 2.3 + 0.01
+    history = LossHistory(2.3, blown)
+    assert reason_to_stop(blown, history, 10, after_warmup=False) is None
+    reason = reason_to_stop(blown, history, 10, after_warmup=True)
+    assert f"above {FACTOR:g} times where training started, 2.3" in reason
+    below = FACTOR * 2.3 - 0.01
+    assert reason_to_stop(below, LossHistory(2.3, below), 10, after_warmup=True) is None
+
+
+def test_a_blow_up_in_warmup_stops_the_run_after_it_unless_the_loss_came_back_down():
+    # It rose to 6.4 during warmup; after it, a network that died sits at ln(10).
+    blew_up = LossHistory(first=2.9, highest=6.4)  # a first step above ln(10) too
+    reason = reason_to_stop(2.35, blew_up, 10, after_warmup=True)
+    assert "rose to 6.4" in reason and "has not come back down: 2.35" in reason
+    assert reason_to_stop(RECOVERED * math.log(10) - 0.01, blew_up, 10, True) is None
+    assert reason_to_stop(0.6, blew_up, 10, after_warmup=True) is None  # it recovered
+    assert reason_to_stop(2.35, FRESH, 10, after_warmup=True) is None   # never rose: slow
+
+
+def test_the_reference_is_where_training_started_but_never_below_guessing():
+    assert reference_loss(2.5, 10) == 2.5                          # a fresh run's first step
+    assert reference_loss(0.3, 10) == pytest.approx(math.log(10))  # resumed, or --init-weights
+    assert reference_loss(0.3, 0) == 0.3                           # classes unknown
+
+
+def _average(*parts):
+    return {key: sum(part[key] for part in parts) / len(parts) for key in parts[0]}
+
+
+def test_the_workers_agree_on_one_history_a_joining_worker_takes_from_the_others():
+    # The first check: each worker's own first step, averaged; the window is the highest.
+    window_mean, history = agree(_average(shares(2.2, None, 44.0, 20), shares(2.4, None, 48.0, 20)))
+    assert window_mean == pytest.approx(2.3) and history == LossHistory(2.3, 2.3)
+    # Later, one of three joined an elastic job: its own first loss (0.4) is not the run's.
+    old = LossHistory(2.3, 6.4)
+    window_mean, history = agree(_average(shares(2.2, old, 10.0, 20), shares(2.4, old, 12.0, 20),
+                                          shares(0.4, None, 8.0, 20)))
+    assert window_mean == pytest.approx(0.5) and history == LossHistory(
+        pytest.approx(2.3), pytest.approx(6.4))
+    assert agree(_average(shares(None, None, 0.0, 0))) is None  # no step since the last check
+
+
+def test_the_message_names_the_step_the_peak_the_batch_and_what_to_try():
+    line = divergence_message("the loss is nan", 40, 0.4, 1024)
+    assert "\n" not in line
+    for words in ("step 40", "peak learning rate 0.4", "global batch of 1024",
+                  "--lr-scaling sqrt", "--max-lr 0.1", "--optimizer lars", "--base-lr",
+                  "--no-divergence-guard"):
+        assert words in line, words
+
+
+# --- the callback, fed the running means Keras logs after each batch ---
+
+def _guard(warmup_epochs=0.5, epoch_examples=640, batch_size=32, peak=0.4, classes=10):
+    from hvdtrain import comm
+    from hvdtrain.keras.schedule import WarmupDecaySchedule
+    from hvdtrain.progress import TrainingProgress
+    from hvdtrain.training.divergence_guard import DivergenceGuard
+
+    comm.init()  # a world of one worker
+    progress = TrainingProgress(epoch_examples=epoch_examples)
+    guard = DivergenceGuard(progress, batch_size, warmup_epochs, classes)
+    # 32 workers' global batch at base 0.1 scaled linearly: peak 0.4 over 1024.
+    schedule = WarmupDecaySchedule(peak / 4, 32, 32, 10, 100)
+    guard.set_model(SimpleNamespace(optimizer=SimpleNamespace(_learning_rate=schedule)))
+    return guard, progress
+
+
+def _train(guard, progress, losses, steps_per_epoch=20, batch_size=32):
+    """Feed `losses`, one per step, as Keras does: its running mean within each epoch.
+    Returns the steps trained before the guard stopped the run (all of them if not)."""
+    guard.on_train_begin()
+    for start in range(0, len(losses), steps_per_epoch):
+        guard.on_epoch_begin(start // steps_per_epoch)
+        epoch = losses[start:start + steps_per_epoch]
+        for batch, _ in enumerate(epoch):
+            progress.advance(1, batch_size, 1)
+            guard.on_train_batch_end(batch, {"loss": sum(epoch[:batch + 1]) / (batch + 1)})
+        guard.on_epoch_end(start // steps_per_epoch, {})
+    return progress.steps
+
+
+def _decreasing(steps):
+    return [2.3 * math.exp(-step / 60) + 0.2 for step in range(steps)]
+
+
+def test_the_guard_lets_a_normal_decreasing_loss_train():
+    guard, progress = _guard()
+    assert _train(guard, progress, _decreasing(200)) == 200
+    assert guard.history.first == pytest.approx(_decreasing(1)[0])
+
+
+def test_a_run_that_starts_low_is_held_to_guessing_not_to_its_first_loss():
+    from hvdtrain.training.callbacks import TrainingDiverged
+
+    bump = [0.3] * WINDOW + [0.6] * 3 * WINDOW  # twice its start, far better than guessing
+    guard, progress = _guard()
+    assert _train(guard, progress, bump) == 4 * WINDOW
+    guard, progress = _guard(classes=0)
+    with pytest.raises(TrainingDiverged):
+        _train(guard, progress, bump)
+
+
+def test_the_guard_stops_a_blow_up_after_warmup_naming_the_step(monkeypatch):
+    from hvdtrain.training.callbacks import TrainingDiverged
+
+    guard, progress = _guard()  # warmup: 320 examples, 10 steps
+    losses = _decreasing(40) + [6.4] * 40
+    with pytest.raises(TrainingDiverged) as stopped:
+        _train(guard, progress, losses)
+    # The first window after the blow-up at step 40, over 1.5 x the first step's 2.5.
+    assert progress.steps == 60
+    assert "training diverged at step 60" in str(stopped.value)
+    assert "peak learning rate 0.4 for a global batch of 32" in str(stopped.value)
+
+
+def test_the_guard_does_not_stop_a_blow_up_during_warmup_that_recovers():
+    guard, progress = _guard(warmup_epochs=4.0)  # warmup: 80 steps
+    losses = _decreasing(20) + [6.4] * 40 + _decreasing(200)[-80:]
+    assert _train(guard, progress, losses) == 140
+
+
+def test_the_guard_stops_a_run_that_blew_up_in_warmup_and_died_after_it():
+    from hvdtrain.training.callbacks import TrainingDiverged
+
+    guard, progress = _guard(warmup_epochs=4.0)  # warmup: 80 steps
+    losses = _decreasing(20) + [6.4] * 20 + [2.35] * 80  # then constant outputs: ln(10)
+    with pytest.raises(TrainingDiverged, match="rose to 6.4 .* has not come back down"):
+        _train(guard, progress, losses)
+    assert progress.steps == 100  # the first check after warmup
+
+
+def test_the_guard_stops_a_nan_loss_during_warmup():
+    from hvdtrain.training.callbacks import TrainingDiverged
+
+    guard, progress = _guard(warmup_epochs=4.0)
+    with pytest.raises(TrainingDiverged, match="last 20 steps is nan"):
+        _train(guard, progress, _decreasing(25) + [math.nan] * 20)
+    assert progress.steps == 40
+
+
+def test_the_guard_checks_at_epoch_ends_when_rounds_are_timed():
+    from hvdtrain.training.callbacks import TrainingDiverged
+
+    guard, progress = _guard()
+    guard.at_epoch_ends = True
+    with pytest.raises(TrainingDiverged, match="last 30 steps"):
+        _train(guard, progress, _decreasing(30) + [9.0] * 30, steps_per_epoch=30)
+    assert progress.steps == 60  # not at step 40: the workers meet at epoch ends only
