@@ -45,8 +45,8 @@ test-cluster: setup
 
 # hvdtrain:cpu from docker/Dockerfile.cpu, with podman or docker (launch/image.sh; as root it
 # installs podman when neither runs). BASE=debootstrap: the Python base from Debian's
-# packages, where no image registry is reachable. About 10 minutes the first time here,
-# seconds after.
+# packages, which it also falls back to where no image registry answers. About 10
+# minutes the first time here, seconds after.
 image:
 	BASE=$(BASE) bash launch/image.sh
 
