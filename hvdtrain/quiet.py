@@ -22,8 +22,10 @@ left as it is; `--verbose` or HVDTRAIN_VERBOSE=1 leaves everything as TensorFlow
 
 `hvdtrain.cli.main` calls `quiet_startup` before it dispatches. horovodrun itself also
 imports TensorFlow (its Gloo build check, in a forked process whose fd 2 it leaves
-open), so `python -m hvdtrain.quiet horovodrun ...` runs horovodrun with the same
-hook; `make demo` launches that way.
+open), so `python -m hvdtrain.quiet horovodrun ...` runs any horovodrun with the same
+hook; the venv's own horovodrun has it in already (launch/quiet-horovodrun.sh, which
+launch/install.sh runs), so the plain `horovodrun ...` of the docs and `make demo` is
+as quiet.
 """
 
 from __future__ import annotations
