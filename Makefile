@@ -10,17 +10,17 @@ VERBOSE ?= $(HVDTRAIN_VERBOSE)
 
 setup: $(STAMP)
 
-$(STAMP): launch/install.sh $(wildcard launch/patches/*.patch) setup.cfg pyproject.toml
+$(STAMP): launch/install.sh launch/quiet-horovodrun.sh $(wildcard launch/patches/*.patch) setup.cfg pyproject.toml
 	bash launch/install.sh $(VENV)
 	touch $@
 
-# The main job: synchronous data parallelism over WORKERS processes on Fashion-MNIST.
-# hvdtrain.quiet runs horovodrun with TensorFlow's start-up notices dropped (its Gloo
-# build check imports TensorFlow); the workers' own are dropped by hvdtrain itself.
-# VERBOSE=1 keeps them all.
+# The main job: synchronous data parallelism over WORKERS processes on Fashion-MNIST,
+# launched as the docs launch it. The venv's horovodrun drops TensorFlow's start-up
+# notices of its own Gloo build check (launch/quiet-horovodrun.sh); the workers' own are
+# dropped by hvdtrain itself. VERBOSE=1 keeps them all.
 demo: setup
 	PATH=$(abspath $(BIN)):$$PATH HVDTRAIN_VERBOSE=$(VERBOSE) \
-		$(BIN)/python -m hvdtrain.quiet horovodrun -np $(WORKERS) -H localhost:$(WORKERS) --gloo \
+		horovodrun -np $(WORKERS) -H localhost:$(WORKERS) --gloo \
 		hvdtrain train --model lenet --dataset fashion-mnist --epochs $(EPOCHS)
 
 test: setup
@@ -45,8 +45,8 @@ test-cluster: setup
 
 # hvdtrain:cpu from docker/Dockerfile.cpu, with podman or docker (launch/image.sh; as root it
 # installs podman when neither runs). BASE=debootstrap: the Python base from Debian's
-# packages, where no image registry is reachable. About 6 minutes the first time here
-# (6.2 measured: docker/README.md), seconds after.
+# packages, which it also falls back to where no image registry answers. About 6 minutes
+# the first time here (6.2 measured: docker/README.md), seconds after.
 image:
 	BASE=$(BASE) bash launch/image.sh
 

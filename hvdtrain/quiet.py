@@ -7,10 +7,11 @@ absl). With 8 workers that is 32 lines before hvdtrain's first, and they hide wh
 matters. Measured on TF 2.21: TF_CPP_MIN_LOG_LEVEL does not reach them, not even at 3,
 because they are written while the libraries load, before TensorFlow reads it. So
 `quiet_startup` installs an import hook: the first `import tensorflow` of the process
-(directly, or through keras or horovod.tensorflow) runs with file descriptor 2 caught
-in a temporary file, and when it returns every line but those notices is written back
-to stderr, in order (a Python exception on the way is written back too; only a crash of
-the process inside the import, a segfault, would lose those lines: --verbose shows them).
+(directly, or through keras or horovod.tensorflow) runs with file descriptor 2 turned
+into a pipe to a small filter process (`hvdtrain.startup_notices`), which passes every
+line but those notices on to the real stderr as it comes, in order, and outlives the
+process: a FATAL line just before an abort (a CPU without AVX) still shows. Without a
+stderr to dup, or a process to spare, the import runs as it is, notices and all.
 After the import, TF_CPP_MIN_LOG_LEVEL=1 (only if unset) keeps
 TensorFlow's later INFO lines off and its warnings and errors on.
 
@@ -21,8 +22,10 @@ left as it is; `--verbose` or HVDTRAIN_VERBOSE=1 leaves everything as TensorFlow
 
 `hvdtrain.cli.main` calls `quiet_startup` before it dispatches. horovodrun itself also
 imports TensorFlow (its Gloo build check, in a forked process whose fd 2 it leaves
-open), so `python -m hvdtrain.quiet horovodrun ...` runs horovodrun with the same
-hook; `make demo` launches that way.
+open), so `python -m hvdtrain.quiet horovodrun ...` runs any horovodrun with the same
+hook; the venv's own horovodrun has it in already (launch/quiet-horovodrun.sh, which
+launch/install.sh runs), so the plain `horovodrun ...` of the docs and `make demo` is
+as quiet.
 """
 
 from __future__ import annotations
@@ -31,23 +34,22 @@ import contextlib
 import importlib.abc
 import importlib.util
 import os
-import re
 import runpy
 import shutil
+import subprocess
 import sys
-import tempfile
 from typing import Iterator, MutableMapping
+
+from hvdtrain import startup_notices
 
 VERBOSE_ENV = "HVDTRAIN_VERBOSE"
 
 # 1: C++ INFO lines off after the import, WARNING, ERROR and FATAL kept.
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}
-
-# absl's preamble, and an absl INFO line ("I0000 00:00:1795610010.915993  6588 port.cc:153] ...").
-_NOTICE = re.compile(r"WARNING: All log messages before absl::InitializeLog\(\) is called "
-                     r"are written to STDERR$|I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.-]+:\d+\] ")
-# The CPU-instructions notice goes on for one more line, without a prefix of its own.
-_CONTINUED = ("cpu_feature_guard.cc", "To enable the following instructions")
+# How long the end of an import waits for the filter to pass the last lines on. Only a
+# process the import left running with fd 2 keeps the pipe open longer; the filter then
+# goes on passing its lines on, after this process's own.
+FILTER_WAIT_SECONDS = 2.0
 
 
 def verbose_requested(flag: bool = False, environ: MutableMapping[str, str] | None = None) -> bool:
@@ -77,37 +79,56 @@ def quiet_startup(verbose: bool = False,
     return chosen
 
 
-def drop_startup_notices(text: str) -> str:
-    """`text` without absl's preamble and INFO lines (the CPU notice's second line too)."""
-    kept, previous_dropped = [], ""
-    for line in text.splitlines(keepends=True):
-        continued = _CONTINUED[0] in previous_dropped and line.startswith(_CONTINUED[1])
-        if _NOTICE.match(line) or continued:
-            previous_dropped = line
-            continue
-        previous_dropped = ""
-        kept.append(line)
-    return "".join(kept)
-
-
 @contextlib.contextmanager
 def startup_notices_dropped() -> Iterator[None]:
-    """Catch fd 2 (C++ and Python alike) in a file; write back all but the notices."""
-    sys.stderr.flush()
+    """fd 2 (C++ and Python alike) through the filter process while the block runs."""
+    _flush_stderr()
+    try:
+        filtering = _start_filter()
+    except (OSError, subprocess.SubprocessError):  # no fd 2 to dup, no process to spare
+        filtering = None
+    try:
+        yield
+    finally:
+        if filtering is not None:
+            _stop_filter(*filtering)
+
+
+def _start_filter() -> tuple[int, subprocess.Popen]:
+    """Start the filter on a new pipe, with this process's stderr as its own, and put the
+    pipe behind fd 2; returns the saved fd 2 and the filter."""
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            rest = drop_startup_notices(caught.read().decode("utf-8", errors="replace"))
-            if rest:
-                sys.stderr.write(rest)
-                sys.stderr.flush()
+    reader = writer = -1
+    try:
+        reader, writer = os.pipe()
+        # -S -I: the standard library only; no site, no PYTHON* variables, no hvdtrain.
+        process = subprocess.Popen([sys.executable, "-S", "-I", startup_notices.__file__],
+                                   stdin=reader, stdout=subprocess.DEVNULL)
+    except BaseException:
+        for fd in (saved, reader, writer):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    os.close(reader)
+    os.dup2(writer, 2)
+    os.close(writer)
+    return saved, process
+
+
+def _stop_filter(saved: int, process: subprocess.Popen) -> None:
+    """Give fd 2 back, which closes the pipe's last end here, and let the filter finish."""
+    _flush_stderr()
+    os.dup2(saved, 2)
+    os.close(saved)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(FILTER_WAIT_SECONDS)
+
+
+def _flush_stderr() -> None:
+    """Python's buffered stderr out before fd 2 changes; a stderr closed or gone is no
+    reason to fail an import."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.flush()
 
 
 class _QuietLoader(importlib.abc.Loader):

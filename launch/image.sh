@@ -3,7 +3,9 @@
 # here; `make image` calls it. The build ends with the Dockerfile's own checks
 # (horovodrun --check-build and the one- and two-worker smoke tests) inside the image.
 #
-#   bash launch/image.sh                     IMAGE=hvdtrain:cpu from the Dockerfile's PYTHON_IMAGE
+#   bash launch/image.sh                     IMAGE=hvdtrain:cpu from the Dockerfile's PYTHON_IMAGE,
+#                                            pulled first; where no image registry answers,
+#                                            from a base made as BASE=debootstrap makes it
 #   BASE=debootstrap bash launch/image.sh    the Python base made from Debian's packages
 #                                            with mmdebstrap: for machines that reach a
 #                                            package mirror but no image registry
@@ -26,6 +28,13 @@ BASE_IMAGE=localhost/hvdtrain-base:bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CA_BUNDLE=${CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The base tarball mmdebstrap writes, removed on any exit: global, since the EXIT trap
+# runs after make_base's locals are gone.
+BASE_TAR=
+# What podman and docker say when no image registry answers a pull.
+REGISTRY_DOWN='pinging container registry|dial tcp|no such host|connection refused|i/o timeout'
+REGISTRY_DOWN+='|network is unreachable|Temporary failure in name resolution|TLS handshake timeout'
+REGISTRY_PROBLEM=  # what pull_python_image found, for the line that says so
 
 say() { printf 'image: %s\n' "$*"; }
 die() { printf 'image: error: %s\n' "$*" >&2; exit 2; }
@@ -89,21 +98,42 @@ make_base() {
         return
     fi
     need_mmdebstrap
-    local tar
-    tar=$(mktemp --suffix=.tar)
-    trap 'rm -f "$tar"' EXIT
+    BASE_TAR=$(mktemp --suffix=.tar)
+    trap 'rm -f "$BASE_TAR"' EXIT
     say "making $BASE_IMAGE from Debian bookworm ($DEBIAN_MIRROR) with mmdebstrap"
     mmdebstrap --quiet --variant=minbase \
         --include=python3,python3-venv,python3-pip,ca-certificates \
-        bookworm "$tar" "$DEBIAN_MIRROR"
-    engine import --change 'CMD ["/bin/bash"]' "$tar" "$BASE_IMAGE" >/dev/null
-    rm -f "$tar"
+        bookworm "$BASE_TAR" "$DEBIAN_MIRROR" \
+        || die "mmdebstrap could not make the Debian bookworm base from $DEBIAN_MIRROR (its messages above; DEBIAN_MIRROR=URL picks another mirror)"
+    engine import --change 'CMD ["/bin/bash"]' "$BASE_TAR" "$BASE_IMAGE" >/dev/null
+    rm -f "$BASE_TAR"
     trap - EXIT
 }
 
-need_mmdebstrap() {
+need_mmdebstrap() {  # [WHY]: dies, WHY first, where mmdebstrap is missing and cannot be installed
     command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap \
-        || die "BASE=debootstrap needs mmdebstrap (as root on Debian or Ubuntu: apt-get install mmdebstrap)"
+        || die "${1:-}BASE=debootstrap needs mmdebstrap (as root on Debian or Ubuntu: apt-get install mmdebstrap)"
+}
+
+# The Dockerfile's own base (python:3.12-slim-bookworm), pulled before the build: where no
+# registry answers, the build's pull would fail deep inside it, in six lines of podman's.
+# Returns 1 for that case, where BASE=debootstrap needs no registry; dies, in one line,
+# for any other failed pull.
+pull_python_image() {
+    local image output
+    image=$(sed -n 's/^ARG PYTHON_IMAGE=//p' "$ROOT/docker/Dockerfile.cpu")
+    if engine image inspect "$image" >/dev/null 2>&1; then return 0; fi
+    say "pulling $image"
+    if output=$(engine pull "$image" 2>&1); then return 0; fi
+    if grep -Eq "$REGISTRY_DOWN" <<< "$output"; then
+        REGISTRY_PROBLEM="no image registry answers (pulling $image: $(first_error "$output"))"
+        return 1
+    fi
+    die "cannot pull $image: $(first_error "$output")"
+}
+
+first_error() {  # OUTPUT: its first line that says Error, else its last line
+    grep -m1 'Error' <<< "$1" || tail -n1 <<< "$1"
 }
 
 main() {
@@ -115,14 +145,24 @@ main() {
     fi
     engine_flags
     local args=(-f "$ROOT/docker/Dockerfile.cpu" -t "$IMAGE")
-    case "$BASE" in
-        debootstrap) make_base; args+=(--build-arg "PYTHON_IMAGE=$BASE_IMAGE") ;;
-        "") ;;
-        *) die "BASE must be debootstrap or unset, got '$BASE'" ;;
-    esac
     if [ -n "$CA_BUNDLE" ]; then
         [ -r "$CA_BUNDLE" ] || die "CA_BUNDLE=$CA_BUNDLE cannot be read"
         args+=(--secret "id=ca-bundle,src=$CA_BUNDLE")
+    fi
+    case "$BASE" in
+        debootstrap) ;;
+        "")
+            if ! pull_python_image; then
+                need_mmdebstrap "$REGISTRY_PROBLEM, and "
+                say "$REGISTRY_PROBLEM; making the base from Debian's packages instead (BASE=debootstrap)"
+                BASE=debootstrap
+            fi
+            ;;
+        *) die "BASE must be debootstrap or unset, got '$BASE'" ;;
+    esac
+    if [ "$BASE" = debootstrap ]; then
+        make_base
+        args+=(--build-arg "PYTHON_IMAGE=$BASE_IMAGE")
     fi
     say "building $IMAGE with $ENGINE (the first build takes minutes: Horovod compiles)"
     local start=$SECONDS

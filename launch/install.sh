@@ -41,7 +41,8 @@ HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 GPU=${GPU:-0}
 MPI=${MPI:-0}
 DATA_DIR=/usr/share/datasets/fashion-mnist
-PATCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/patches
+LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PATCH_DIR=$LAUNCH_DIR/patches
 WHEEL_CACHE=${HVDTRAIN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hvdtrain/wheels}
 
 say() { printf 'install: %s\n' "$*"; }
@@ -253,5 +254,7 @@ if [ "${DEPS_ONLY:-0}" = 1 ]; then
 else
     say "installing hvdtrain (editable, with dev extras)"
     "$PIP" install -q -e ".[dev]"
+    # horovodrun's own import of TensorFlow, behind hvdtrain.quiet's hook (the script says why).
+    bash "$LAUNCH_DIR/quiet-horovodrun.sh" "$VENV"
 fi
 say "done: $("$PY" -c 'import tensorflow as tf, horovod; print("tensorflow", tf.__version__, "horovod", horovod.__version__)' 2>/dev/null)"

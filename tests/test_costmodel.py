@@ -315,13 +315,14 @@ def test_predict_refuses_a_host_of_one_worker_and_a_bad_host_link_in_one_line(tm
 
 # --- other hardware, and wall time to a target ---
 
-def _sweep(tmp_path, targets=(0.85, 0.85, 0.85)):
+def _sweep(tmp_path, targets=(0.85, 0.85, 0.85), more=()):
     runs = [dict(name=n, workers=w, mode=m, n_sync=k, examples_to_target=e, target=t)
             for (n, w, m, k, e), t in zip((("w1", 1, "sync", None, 1000),
                                            ("w8-sync", 8, "sync", None, 4000),
                                            ("w8-n10-cold", 8, "local", 10, 2000)), targets)]
     runs.append(dict(name="w2-n10-cold", workers=2, mode="local", n_sync=10,
                      examples_to_target="", target=targets[0]))  # never reached it
+    runs += [dict(run, target=targets[0]) for run in more]
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps({"runs": runs}))
     return str(path)
@@ -353,7 +354,52 @@ def test_time_to_target_divides_each_setups_examples_by_its_predicted_rate(tmp_p
     assert speedups == {("sync", 8): pytest.approx(alone / (4000 / rates[("sync", 8)])),
                         ("local", 8): pytest.approx(alone / (2000 / rates[("local", 8)]))}
     assert report["target"] == 0.85 and report["alone_examples"] == 1000
-    assert "| 1gbit | local n_sync 10 | 8 | 2000 | 2.00 |" in capsys.readouterr().out
+    assert "| 1gbit | local n_sync 10 | cold | 8 | 2000 | 2.00 |" in capsys.readouterr().out
+
+
+def test_time_to_target_keeps_each_start_apart_and_notes_the_adaptive_periods_it_leaves_out(
+        tmp_path, capsys):
+    # The same setup from a warm start needed fewer examples; an adaptive period has no
+    # number to cost.
+    sweep = _sweep(tmp_path, more=[
+        dict(name="w8-n10-warm", workers=8, mode="local", n_sync=10, start="warm",
+             examples_to_target=1500),
+        dict(name="w8-nauto-cold", workers=8, mode="local", n_sync="auto", start="cold",
+             examples_to_target=1800)])
+    out = tmp_path / "p"
+    assert main(["predict", _bench(tmp_path), "--workers", "8", "--link-rate", "1gbit",
+                 "--latency", "0", "--time-to-target", sweep, "--out", str(out)]) == 0
+    report = json.loads((out / "predict.json").read_text())["time_to_target"]
+    examples = {(r["mode"], r["start"]): r["examples_to_target"] for r in report["rows"]}
+    assert examples == {("sync", "cold"): 4000, ("local", "cold"): 2000, ("local", "warm"): 1500}
+    printed = capsys.readouterr().out
+    assert "| 1gbit | local n_sync 10 | warm | 8 | 1500 | 1.50 |" in printed
+    assert ("hvdtrain: note: --time-to-target leaves out w8-nauto-cold (n_sync auto): predict "
+            "costs a fixed period only (--n-sync N)\n") in printed
+
+
+def test_batch_size_without_step_seconds_is_refused_in_one_line(tmp_path, capsys):
+    # Alone it would multiply the bench's images/sec by 128 over the bench's batch of 32.
+    assert main(["predict", _bench(tmp_path), "--batch-size", "128",
+                 "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err == (
+        "hvdtrain: error: --batch-size 128 goes with --step-seconds (the batch of that measured "
+        "step); the bench's own step time is for its own batch\n")
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_bench_or_sweep_that_is_not_json_is_named_in_one_line(tmp_path, capsys):
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    listing = tmp_path / "list.json"
+    listing.write_text("[1, 2]")
+    assert main(["predict", str(passwd)]) == 2
+    assert main(["predict", _bench(tmp_path), "--time-to-target", str(listing),
+                 "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"hvdtrain: error: {passwd} is not a bench.json: it is not JSON (Expecting value: "
+        "line 1 column 1 (char 0))",
+        f"hvdtrain: error: {listing} is not a sweep.json: it has no 'runs' list"]
 
 
 def test_time_to_target_refuses_a_sweep_whose_runs_had_different_targets(tmp_path, capsys):

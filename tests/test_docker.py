@@ -218,3 +218,93 @@ def test_the_smoke_test_every_image_ends_with_passes_on_two_workers():
     result = horovodrun("python", os.path.join(ROOT, "docker", "smoke_test.py"), timeout=180)
     for rank in (0, 1):
         assert f"[{rank}]<stdout>:smoke test ok: rank {rank} of 2, sum over workers 3" in result.stdout
+
+
+# --- launch/image.sh, with stand-ins for podman, mmdebstrap and apt-get (no image is built) ---
+
+REGISTRY_DOWN = (  # podman 4's pull where no registry can be reached
+    'Resolved "python" as an alias (/etc/containers/registries.conf.d/shortnames.conf)\n'
+    "Trying to pull docker.io/library/python:3.12-slim-bookworm...\n"
+    "Error: initializing source docker://python:3.12-slim-bookworm: pinging container registry "
+    'registry-1.docker.io: Get "https://registry-1.docker.io/v2/": dial tcp: lookup '
+    "registry-1.docker.io on 10.0.0.1:53: no such host\n")
+FAKE_PODMAN = """#!/bin/sh
+echo "$*" >> "$FAKE_LOG"
+for arg; do
+    case $arg in
+        info | import | build) exit 0 ;;
+        inspect) exit 1 ;;  # no image here yet
+        pull) printf '%s' "$FAKE_PULL_ERROR" >&2; exit 125 ;;
+    esac
+done
+"""
+FAKE_MMDEBSTRAP = """#!/bin/sh
+for arg; do case $arg in *.tar) echo partial > "$arg" ;; esac; done
+echo "mmdebstrap $*" >> "$FAKE_LOG"
+exit $FAKE_MMDEBSTRAP_EXIT
+"""
+
+
+def run_image_script(tmp_path, pull_error=REGISTRY_DOWN, mmdebstrap_exit=None, **env):
+    """launch/image.sh with podman's pull failing with `pull_error`, and mmdebstrap
+    exiting with `mmdebstrap_exit` (None: not installed, nor installable: apt-get fails)."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    scripts = {"podman": FAKE_PODMAN, "apt-get": "#!/bin/sh\nexit 100\n"}
+    if mmdebstrap_exit is not None:
+        scripts["mmdebstrap"] = FAKE_MMDEBSTRAP
+    for name, text in scripts.items():
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    (tmp_path / "tmp").mkdir()
+    if mmdebstrap_exit is None and shutil.which("mmdebstrap", path="/usr/bin:/bin"):
+        pytest.skip("this machine has mmdebstrap: the stand-in cannot hide it")
+    result = subprocess.run(
+        ["bash", "launch/image.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env=dict(PATH=f"{stubs}:/usr/bin:/bin", HOME=str(tmp_path), ENGINE="podman",
+                 CA_BUNDLE="", TMPDIR=str(tmp_path / "tmp"), FAKE_LOG=str(tmp_path / "calls"),
+                 FAKE_PULL_ERROR=pull_error, FAKE_MMDEBSTRAP_EXIT=str(mmdebstrap_exit), **env))
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    return result, calls
+
+
+def test_a_failed_debootstrap_base_says_so_in_one_line_and_leaves_no_tarball(tmp_path):
+    result, calls = run_image_script(tmp_path, mmdebstrap_exit=1, BASE="debootstrap")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "image: error: mmdebstrap could not make the Debian bookworm base from "
+        "http://deb.debian.org/debian (its messages above; DEBIAN_MIRROR=URL picks another "
+        "mirror)\n")
+    assert os.listdir(tmp_path / "tmp") == []  # the tarball it began is gone
+    assert not any(" build " in f" {call} " for call in calls)
+
+
+def test_without_a_registry_the_image_is_built_on_a_base_from_debians_packages(tmp_path):
+    result, calls = run_image_script(tmp_path, mmdebstrap_exit=0)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # podman's own lines stay out
+    assert ("image: no image registry answers (pulling python:3.12-slim-bookworm: Error: "
+            "initializing source docker://python:3.12-slim-bookworm: pinging container registry "
+            "registry-1.docker.io: Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup "
+            "registry-1.docker.io on 10.0.0.1:53: no such host); making the base from Debian's "
+            "packages instead (BASE=debootstrap)\n") in result.stdout
+    (build,) = [call for call in calls if " build " in f" {call} "]
+    assert "--build-arg PYTHON_IMAGE=localhost/hvdtrain-base:bookworm" in build
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+@pytest.mark.parametrize("pull_error, reason", [
+    (REGISTRY_DOWN, "no image registry answers (pulling python:3.12-slim-bookworm: Error: "
+                    "initializing source docker://python:3.12-slim-bookworm: pinging container "
+                    "registry registry-1.docker.io: Get \"https://registry-1.docker.io/v2/\": "
+                    "dial tcp: lookup registry-1.docker.io on 10.0.0.1:53: no such host), and "
+                    "BASE=debootstrap needs mmdebstrap (as root on Debian or Ubuntu: apt-get "
+                    "install mmdebstrap)"),
+    ("Trying to pull docker.io/library/python:3.12-slim-bookworm...\n"
+     "Error: reading manifest 3.12-slim-bookworm in docker.io/library/python: manifest unknown\n",
+     "cannot pull python:3.12-slim-bookworm: Error: reading manifest 3.12-slim-bookworm in "
+     "docker.io/library/python: manifest unknown")])
+def test_a_pull_that_cannot_be_worked_around_is_refused_in_one_line(tmp_path, pull_error, reason):
+    result, calls = run_image_script(tmp_path, pull_error=pull_error)
+    assert (result.returncode, result.stderr) == (2, f"image: error: {reason}\n")
+    assert not any(" build " in f" {call} " for call in calls)

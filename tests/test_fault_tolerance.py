@@ -263,6 +263,43 @@ def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_
     assert plan_resume(replace(cfg, resume="auto"), Job(1, 1)).checkpoint == store.path_for(3500)
 
 
+def test_resuming_an_older_checkpoint_keeps_the_log_lines_it_cuts_with_the_abandoned_branch(
+        tmp_path, capsys):
+    from hvdtrain.training import run_folder
+    from hvdtrain.training.resume import plan_resume, restore_on_chief
+
+    comm.init()
+    out = tmp_path / "run"
+    store = _run_with_checkpoints(out, (3000, 4000))
+    # Epoch lines at steps 2000, 4000 (16 examples a step), and a step line for each.
+    for log in (run_folder.METRICS, run_folder.STEPS):
+        with open(out / log, "w") as fh:
+            fh.writelines(json.dumps({"step": step, "examples": 16 * step}) + "\n"
+                          for step in (2000, 4000))
+    cfg = load_config(None, {"out": str(out), "checkpoint_every": "500",
+                             "resume": store.path_for(3000)}).resolved()
+    restore_on_chief(plan_resume(cfg), _state(0), cfg)
+    run_folder.start(str(out), cfg.save_yaml, 16 * 3000)
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "(no longer resumed, with the lines of metrics.jsonl and steps.jsonl written after " \
+           "the resumed one; delete them when done)" in line, line
+    aside = tmp_path / "run" / "checkpoints" / re.search(r"/(abandoned-[^/ ]+) \(", line).group(1)
+    for log in (run_folder.METRICS, run_folder.STEPS):
+        assert [json.loads(text)["step"] for text in open(out / log)] == [2000]
+        assert [json.loads(text)["step"] for text in open(aside / log)] == [4000]
+
+
+def test_branches_abandoned_within_one_second_get_folders_of_their_own(tmp_path):
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    for step in (10, 20):
+        store.save(_state(step), _saved(step))
+    first = store.set_aside([store.path_for(20)], "abandoned-20260101-120000")
+    second = store.set_aside([store.path_for(10)], "abandoned-20260101-120000")
+    assert (os.path.basename(first), os.path.basename(second)) == (
+        "abandoned-20260101-120000", "abandoned-20260101-120000-2")
+    assert os.listdir(first) == ["step-000000020"] and os.listdir(second) == ["step-000000010"]
+
+
 def test_resuming_a_checkpoint_of_the_run_with_another_config_is_refused_as_auto_is(tmp_path):
     from hvdtrain.training.resume import Job, plan_resume
 

@@ -134,6 +134,63 @@ def test_local_sh_trains_and_horovodrun_gets_the_tuning_flags(tmp_path):
     assert "ALLREDUCE" in timeline.read_text()
 
 
+# --- launch/quiet-horovodrun.sh: the venv's horovodrun as quiet as `make demo` ---
+
+# What TensorFlow and absl print on loading, however they come (raw, or as "[0]<stderr>:").
+TF_NOTICE = re.compile(r"absl::InitializeLog|oneDNN custom operations|cpu_feature_guard"
+                       r"|To enable the following instructions")
+
+
+def quiet_venv(tmp_path) -> str:
+    """A venv folder whose bin/python runs this venv's Python and whose bin/horovodrun was
+    Horovod's own script, after launch/quiet-horovodrun.sh."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    # A shell script, not a link: Python finds its venv from the path it is started as.
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    shutil.copy(os.path.join(VENV_BIN, "horovodrun"), bin_dir / "horovodrun")
+    subprocess.run(["bash", os.path.join(LAUNCH, "quiet-horovodrun.sh"), str(tmp_path / "venv")],
+                   check=True, timeout=60)
+    return str(bin_dir)
+
+
+@pytest.mark.multiprocess
+def test_a_plain_horovodrun_of_the_venv_prints_no_tensorflow_notice(tmp_path):
+    # The README's command as a user types it: no hvdtrain.quiet, no TF_CPP_MIN_LOG_LEVEL.
+    # Horovod's own script printed 4 notices (6 lines) here, from its Gloo build check.
+    bin_dir = quiet_venv(tmp_path)
+    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=256, test=64)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HVDTRAIN_VERBOSE", "TF_CPP_MIN_LOG_LEVEL")}
+    env.update(PATH=os.pathsep.join([bin_dir, VENV_BIN, os.environ.get("PATH", "")]),
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run(
+        ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "hvdtrain", "train",
+         "--model", "lenet", "--data-dir", data_dir, "--epochs", "1", "--steps-per-epoch", "3",
+         "--batch-size", "16", "--no-validate", "--out", str(tmp_path / "run")],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = (result.stdout + result.stderr).splitlines()
+    assert [line for line in lines if TF_NOTICE.search(line)] == []
+    assert any("hvdtrain: test accuracy" in line for line in lines)
+
+
+def test_the_quiet_horovodrun_is_horovods_own_and_can_be_written_again(tmp_path):
+    bin_dir = quiet_venv(tmp_path)
+    with open(os.path.join(bin_dir, "horovodrun")) as fh:
+        first = fh.read()
+    # install.sh writes it on every install: the same script again, nothing left beside it.
+    subprocess.run(["bash", os.path.join(LAUNCH, "quiet-horovodrun.sh"), str(tmp_path / "venv")],
+                   check=True, timeout=60)
+    with open(os.path.join(bin_dir, "horovodrun")) as fh:
+        assert fh.read() == first
+    assert sorted(os.listdir(bin_dir)) == ["horovodrun", "python"]
+    result = subprocess.run([os.path.join(bin_dir, "horovodrun"), "--version"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert (result.returncode, result.stdout.strip()) == (0, "0.28.1")
+
+
 # --- launch/pin-gpu.sh ---
 
 @pytest.mark.parametrize("extra_env, expected", [
@@ -249,7 +306,7 @@ def test_mpijob_manifest_runs_one_worker_per_gpu_with_valid_train_options():
 
 SHELL_SCRIPTS = ["launch/common.sh", "launch/local.sh", "launch/pin-gpu.sh",
                  "launch/slurm/train.sbatch", "launch/install.sh", "launch/check-gpu-build.sh",
-                 "launch/image.sh",
+                 "launch/image.sh", "launch/quiet-horovodrun.sh",
                  "docker/ssh-setup.sh",
                  "docker/start-sshd.sh"]
 

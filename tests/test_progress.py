@@ -8,7 +8,9 @@ import pytest
 
 from hvdtrain.progress import (FitPhase, TrainingProgress, epoch_length, executed_steps,
                                fit_phases, steps_to_epoch_end)
-from hvdtrain.training.callbacks import job_rate
+from hvdtrain import comm
+from hvdtrain.training import callbacks
+from hvdtrain.training.callbacks import ThroughputMeter, job_rate
 from hvdtrain.training.checkpoints import SavedProgress
 
 
@@ -86,3 +88,37 @@ def test_the_jobs_rate_spans_the_earliest_first_batch_to_the_latest_last_batch()
 def test_the_jobs_rate_leaves_out_the_evaluations_the_workers_held_together():
     assert job_rate([[100.0, 110.0, 3.0, 500.0], [100.5, 110.0, 3.2, 500.0]]) == (
         1000, pytest.approx(10.0 - 3.1))
+
+
+class _Clock:
+    """time.time and time.perf_counter of the callbacks module, moved by hand."""
+
+    def __init__(self, now: float):
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_an_epochs_span_runs_to_its_end_and_takes_in_the_round_held_there(monkeypatch):
+    comm.init()  # a world of one worker
+    clock = _Clock(100.0)
+    monkeypatch.setattr(callbacks, "time", clock)
+    progress = TrainingProgress()
+    meter = ThroughputMeter(progress)
+    meter.on_epoch_begin(0)
+    for batch in range(3):  # batches of 16 ending at t=100, 101 and 102
+        clock.now = 100.0 + batch
+        progress.advance(1, 16)
+        meter.on_train_batch_end(batch)
+    clock.now = 103.0       # the epoch-end round: a second of training's time
+    progress.eval_seconds += 0.5
+    clock.now = 103.5       # then validation: evaluation's, left out
+    logs = {}
+    meter.on_epoch_end(0, logs)
+    # 32 images after the first batch's end, over 3.5 s less 0.5 s of validation.
+    assert logs["images_per_sec"] == pytest.approx(32 / 3.0)
+    assert (meter.timed_images, meter.timed_seconds) == (32, pytest.approx(3.0))

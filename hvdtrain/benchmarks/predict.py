@@ -90,8 +90,8 @@ def add_parser(commands) -> None:
                              "the bench's own independent rows; the bench gives the bytes only, "
                              "and its hosts' floor is left out (default: the bench's)")
     parser.add_argument("--batch-size", type=int, default=None,
-                        help="examples per worker in a --step-seconds step (default: the "
-                             "bench's)")
+                        help="examples per worker in a --step-seconds step; only with "
+                             "--step-seconds (default: the bench's)")
     parser.add_argument("--time-to-target", default=None, metavar="SWEEP_JSON",
                         help="sweep.json of `hvdtrain sweep --target`: each setup's examples "
                              "to the target over its predicted images/sec, as a speed-up in "
@@ -257,8 +257,8 @@ def checks(work_for: Callable[[str], Workload], shaped: dict, latency: float,
 
 def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
-    bench = step_triggered(files.read_json(args.bench_json))
-    shaped = [step_triggered(files.read_json(path)) for path in args.check]
+    bench = step_triggered(read_input(args.bench_json, "rows", "a bench.json"))
+    shaped = [step_triggered(read_input(path, "rows", "a bench.json")) for path in args.check]
     floor = not args.no_floor and args.step_seconds is None  # a floor is this machine's
 
     def work_for(mode: str) -> Workload:
@@ -307,14 +307,29 @@ def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload) -> 
     """The speed-up table's rows and what heads it, for --time-to-target."""
     if sweep_path is None:
         return None
-    found, target = predicted_speedup.examples_to_target(files.read_json(sweep_path), sweep_path)
-    alone = found.get(("sync", 1, 1))
+    reached = predicted_speedup.examples_to_target(
+        read_input(sweep_path, "runs", "a sweep.json"), sweep_path)
+    alone = reached.one_worker()
     if alone is None:
         raise ConfigError(f"--time-to-target {sweep_path}: its one-worker run never reached "
                           "the target, or the sweep has none (--workers 1,...)")
+    note = predicted_speedup.left_out_note(reached)
+    if note:
+        print(note, flush=True)
     one_worker = work.batch_per_worker / work.compute_seconds
-    return {"rows": predicted_speedup.speedups(rows, found, one_worker), "target": target,
-            "alone_examples": alone, "alone_images_per_sec": one_worker}
+    return {"rows": predicted_speedup.speedups(rows, reached, one_worker),
+            "target": reached.target, "alone_examples": alone, "alone_images_per_sec": one_worker}
+
+
+def read_input(path: str, key: str, what: str) -> dict:
+    """The JSON file `path`, which must be `what`: a mapping with a list under `key`."""
+    try:
+        data = files.read_json(path)
+    except ValueError as exc:  # not JSON, or not text at all
+        raise ConfigError(f"{path} is not {what}: it is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), list):
+        raise ConfigError(f"{path} is not {what}: it has no {key!r} list")
+    return data
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -328,6 +343,9 @@ def _check_numbers(args: argparse.Namespace) -> None:
             args.batch_size is not None and args.batch_size <= 0):
         raise ConfigError(f"--step-seconds and --batch-size must be positive, got "
                           f"{args.step_seconds} and {args.batch_size}")
+    if args.batch_size is not None and args.step_seconds is None:
+        raise ConfigError(f"--batch-size {args.batch_size} goes with --step-seconds (the batch "
+                          "of that measured step); the bench's own step time is for its own batch")
     if args.workers_per_host is not None and args.workers_per_host < 2:
         raise ConfigError(f"--workers-per-host must be at least 2 (one worker a host is flat "
                           f"local SGD), got {args.workers_per_host}")

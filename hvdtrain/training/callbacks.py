@@ -54,11 +54,12 @@ class ThroughputMeter(keras.callbacks.Callback):
     """The job's training images per second, evaluation excluded.
 
     Each worker times an epoch from the end of its own first batch, which leaves out
-    graph tracing and pipeline start-up, to the end of its last, and counts the
-    examples it trained in between. Workers need not move in lockstep (local SGD's
+    graph tracing and pipeline start-up, to the epoch's end as this callback sees it,
+    after the state callbacks' epoch-end round (local SGD's cost, as the rounds within
+    the epoch are), and counts the examples it trained in between. Workers need not move in lockstep (local SGD's
     independent steps, rounds every T seconds, a straggler), so the job's rate is the
     job's examples over the job's span: from the earliest first-batch end to the latest
-    last-batch end (`job_rate`); a worker that started late cannot claim the whole job's
+    epoch end (`job_rate`); a worker that started late cannot claim the whole job's
     images for its own shorter span. The workers agree on it in one allgather at the
     epoch end, so every rank must have this callback, and all log the same rate.
 
@@ -89,6 +90,12 @@ class ThroughputMeter(keras.callbacks.Callback):
         self._eval_end = self.progress.eval_seconds  # --eval-every's evaluations are no training
 
     def on_epoch_end(self, epoch, logs=None):
+        if self._start is not None:
+            # The epoch ends here, not at its last batch: the epoch-end round and the views of
+            # the average before validation (the state callbacks, before this one) are
+            # training's cost; validation itself is evaluation, and left out as such.
+            self._end = time.perf_counter()
+            self._eval_end = self.progress.eval_seconds
         rows = comm.gather_rows(tf.constant([self._span()], tf.float64), name="epoch_throughput")
         images, seconds = job_rate([row.numpy()[0].tolist() for row in rows])
         self.timed_images += images

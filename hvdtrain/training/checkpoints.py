@@ -13,6 +13,7 @@ folder of their own (`set_aside`), where the store no longer sees them.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -74,6 +75,18 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _new_folder(path: str) -> str:
+    """Make the folder `path`, or the first of `path-2`, `path-3`, ... not taken."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    for number in itertools.count(1):
+        candidate = path if number == 1 else f"{path}-{number}"
+        try:
+            os.mkdir(candidate)
+            return candidate
+        except FileExistsError:
+            continue
+
+
 class CheckpointStore:
     """The `checkpoints/` folder of a run; only rank 0 writes it."""
 
@@ -123,10 +136,11 @@ class CheckpointStore:
             os.path.realpath(self.folder)
 
     def set_aside(self, paths: list[str], name: str) -> str:
-        """Move checkpoints into the subfolder `name`, whose own name `checkpoints()`
-        ignores: kept for the user, never resumed nor pruned. Returns the subfolder."""
-        folder = os.path.join(self.folder, name)
-        os.makedirs(folder, exist_ok=True)
+        """Move checkpoints into a new subfolder `name` (`name-2`, `name-3`, ... if that
+        is taken: two branches abandoned within one second stay apart), whose own name
+        `checkpoints()` ignores: kept for the user, never resumed nor pruned. Returns the
+        subfolder."""
+        folder = _new_folder(os.path.join(self.folder, name))
         for path in paths:
             os.rename(path, os.path.join(folder, os.path.basename(path)))
         _fsync_dir(self.folder)

@@ -169,9 +169,14 @@ def set_aside_newer(plan: ResumePlan, cfg: TrainConfig) -> None:
         return
     store = _store(cfg)
     folder = store.set_aside(plan.newer, f"abandoned-{time.strftime('%Y%m%d-%H%M%S')}")
+    # The run's logs are cut back to the resumed checkpoint: the cut lines are the branch's.
+    logs = run_folder.copy_cut_lines(cfg.out, plan.saved.progress.examples, folder)
     names = ", ".join(os.path.basename(path) for path in reversed(plan.newer))
+    with_logs = f", with the lines of {' and '.join(logs)} written after the resumed one" \
+        if logs else ""
     print(f"hvdtrain: resuming from an older checkpoint starts a new branch: moved the newer "
-          f"{names} to {folder} (no longer resumed; delete them when done)", flush=True)
+          f"{names} to {folder} (no longer resumed{with_logs}; delete them when done)",
+          flush=True)
 
 
 def load_initial_weights(model: keras.Model, path: str) -> None:

@@ -38,14 +38,14 @@ def records_up_to(lines: list[str], examples: int) -> list[str]:
     the checkpoint's, so the cut keeps exactly what was written before it. A line cut
     short by a crash is dropped; one without a count (older logs) is kept.
     """
-    keep = []
-    for line in lines:
-        try:
-            if json.loads(line).get("examples", 0) <= examples:
-                keep.append(line)
-        except ValueError:
-            pass
-    return keep
+    return [line for line in lines if _written_by(line, examples)]
+
+
+def _written_by(line: str, examples: int) -> bool:
+    try:
+        return json.loads(line).get("examples", 0) <= examples
+    except ValueError:
+        return False
 
 
 def truncate_logs(run_dir: str, examples: int) -> None:
@@ -55,17 +55,39 @@ def truncate_logs(run_dir: str, examples: int) -> None:
         _truncate(os.path.join(run_dir, log), examples)
 
 
-def _truncate(path: str, examples: int) -> None:
+def copy_cut_lines(run_dir: str, examples: int, folder: str) -> list[str]:
+    """Copy the lines of the epoch and step logs that `truncate_logs(run_dir, examples)`
+    will drop into `folder`, under the logs' own names: an abandoned branch keeps its
+    records with its checkpoints. Returns the names of the logs copied."""
+    copied = []
+    for log in (METRICS, STEPS):
+        cut = [line for line in _lines(os.path.join(run_dir, log))
+               if not _written_by(line, examples)]
+        if cut:
+            _write_lines(os.path.join(folder, log), cut)
+            copied.append(log)
+    return copied
+
+
+def _lines(path: str) -> list[str]:
     if not os.path.exists(path):
-        return
+        return []
     with open(path, encoding="utf-8") as fh:
-        lines = [line for line in fh if line.strip()]
+        return [line for line in fh if line.strip()]
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(lines)
+    atomic_write(path, write)
+
+
+def _truncate(path: str, examples: int) -> None:
+    lines = _lines(path)
     keep = records_up_to(lines, examples)
     if len(keep) != len(lines):
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.writelines(keep)
-        atomic_write(path, write)
+        _write_lines(path, keep)
 
 
 def start(run_dir: str, write_config: Callable[[str], None], examples: int) -> None:

@@ -1,8 +1,9 @@
 """Two workers of which rank 1 starts late; what the job reported beside when each batch ended.
 
 usage: throughput_worker.py RESULTS_DIR LATE_SECONDS
-Writes throughput-rank{R}.json: this rank's batch end times (time.time()), the epoch's
-images_per_sec as logged, the summary, and the batch size.
+Writes throughput-rank{R}.json: this rank's batch end times (time.time()), when its
+epoch ended (its callbacks after the throughput meter's), the epoch's images_per_sec as
+logged, the summary, and the batch size.
 """
 
 import json
@@ -40,7 +41,7 @@ class LateStart(keras.callbacks.Callback):
 class BatchEnds(keras.callbacks.Callback):
     def __init__(self, done: str):
         super().__init__()
-        self.ends, self.logged = [], []
+        self.ends, self.logged, self.epoch_ends = [], [], []
         self.done = done
 
     def on_train_batch_end(self, batch, logs=None):
@@ -49,6 +50,7 @@ class BatchEnds(keras.callbacks.Callback):
             open(self.done, "w", encoding="utf-8").close()
 
     def on_epoch_end(self, epoch, logs=None):
+        self.epoch_ends.append(time.time())
         self.logged.append(float(logs["images_per_sec"]))
 
 
@@ -63,8 +65,8 @@ def main(results_dir: str, late_seconds: str) -> None:
                                  n_sync=1000, out=os.path.join(results_dir, "run")))
     result = train(cfg, verbose=0, extra_callbacks=(LateStart(float(late_seconds), done), ends))
     with open(os.path.join(results_dir, f"throughput-rank{comm.rank()}.json"), "w") as fh:
-        json.dump({"ends": ends.ends, "logged": ends.logged, "summary": result.summary,
-                   "batch": BATCH}, fh)
+        json.dump({"ends": ends.ends, "epoch_ends": ends.epoch_ends, "logged": ends.logged,
+                   "summary": result.summary, "batch": BATCH}, fh)
 
 
 if __name__ == "__main__":
