@@ -266,7 +266,7 @@ def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_
 def test_resuming_an_older_checkpoint_keeps_the_log_lines_it_cuts_with_the_abandoned_branch(
         tmp_path, capsys):
     from hvdtrain.training import run_folder
-    from hvdtrain.training.resume import plan_resume, restore_on_chief
+    from hvdtrain.training.resume import Job, plan_resume, restore_on_chief
 
     comm.init()
     out = tmp_path / "run"
@@ -278,7 +278,7 @@ def test_resuming_an_older_checkpoint_keeps_the_log_lines_it_cuts_with_the_aband
                           for step in (2000, 4000))
     cfg = load_config(None, {"out": str(out), "checkpoint_every": "500",
                              "resume": store.path_for(3000)}).resolved()
-    restore_on_chief(plan_resume(cfg), _state(0), cfg)
+    restore_on_chief(plan_resume(cfg, Job(1, 1)), _state(0), cfg)
     run_folder.start(str(out), cfg.save_yaml, 16 * 3000)
     line = capsys.readouterr().out.splitlines()[-1]
     assert "(no longer resumed, with the lines of metrics.jsonl and steps.jsonl written after " \
