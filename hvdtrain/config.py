@@ -288,9 +288,10 @@ class TrainConfig:
     divergence_guard: bool = _opt(
         True, f"stop the run, in one line that names the step, the peak rate and the global "
               f"batch and says what to try, when the training loss averaged over the workers "
-              f"and the last {divergence.WINDOW} steps is not finite, or, after warmup, above "
-              f"{divergence.FACTOR:g} times where training started (the first step's loss, at "
-              f"least ln(classes), the loss of guessing), or was above it during warmup and "
+              f"and the last {divergence.WINDOW} steps is not finite, or above "
+              f"{divergence.EXPLODED:g} times where training started (the first step's loss, at "
+              f"least ln(classes), the loss of guessing), or, after warmup, above "
+              f"{divergence.FACTOR:g} times it, or was above that during warmup and "
               f"has not come back below {divergence.RECOVERED:g} x ln(classes) (a network "
               f"that blew up and died); checked every {divergence.WINDOW} steps with one allreduce "
               f"of 7 numbers (with --sync-seconds at epoch ends)", resumable=True)

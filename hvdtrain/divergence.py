@@ -18,7 +18,11 @@ dies to constant outputs, whose loss is ln(classes) and whose accuracy is chance
 "silent 10%" of those runs (LeNet on the tests' small dataset at rate 2, batch 8: 69.7 at
 step 23, then 2.2 to 2.5 for good). 0.9 leaves room for the noise of such a window's
 mean; a run that recovered learns on, well below it. During warmup only a non-finite
-loss stops the run: the rate is still rising, and a rise may recover. What no rule on
+loss, or one EXPLODED times the reference, stops the run: the rate is still rising, and a
+rise may recover (LeNet's 6.4 at a global batch of 1024 did, at peak 0.1), but not from a
+mean of 23 for 10 classes, where the true class's probability is e^-23 on average: a
+2-worker run at --base-lr 50 trained a whole epoch of warmup at a loss of 1e18 before the
+rule after warmup stopped it. What no rule on
 the loss alone tells from slow learning: a run that thrashed near ln(classes) from the
 start without ever rising 1.5 times above it (the same at rate 10: every window between
 2.2 and 3.3); its test accuracy does.
@@ -33,6 +37,7 @@ from typing import Mapping
 WINDOW = 20
 FACTOR = 1.5
 RECOVERED = 0.9
+EXPLODED = 10.0
 
 
 @dataclass(frozen=True)
@@ -55,12 +60,13 @@ def reason_to_stop(window_mean: float, history: LossHistory, classes: int,
     if not math.isfinite(window_mean):
         return f"the training loss averaged over the last {steps} steps is {window_mean}"
     reference = reference_loss(history.first, classes)
+    limit = FACTOR if after_warmup else EXPLODED
+    if window_mean > limit * reference:
+        return (f"the training loss averaged over the last {steps} steps, "
+                f"{window_mean:.3g}, is above {limit:g} times where training started, "
+                f"{reference:.3g}")
     if not after_warmup:
         return None
-    if window_mean > FACTOR * reference:
-        return (f"the training loss averaged over the last {steps} steps, "
-                f"{window_mean:.3g}, is above {FACTOR:g} times where training started, "
-                f"{reference:.3g}")
     # A network that died predicts by its biases: the loss of guessing.
     guessing = math.log(classes) if classes > 1 else reference
     if history.highest > FACTOR * reference and window_mean > RECOVERED * guessing:

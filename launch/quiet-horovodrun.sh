@@ -10,7 +10,9 @@
 # hvdtrain's workers drop their own (hvdtrain.quiet); this puts horovodrun behind the same
 # import hook, as `python -m hvdtrain.quiet horovodrun ...` does: VENV/bin/horovodrun
 # becomes Horovod's own entry point with hvdtrain.quiet's hook in first. HVDTRAIN_VERBOSE=1
-# keeps every notice; were hvdtrain uninstalled, it runs as Horovod's own script does.
+# keeps every notice. A job that a failed worker ended closes with one line and that
+# worker's exit status instead of Horovod's traceback (hvdtrain/horovodrun.py). Were
+# hvdtrain uninstalled, it runs as Horovod's own script does.
 set -euo pipefail
 
 die() { printf 'quiet-horovodrun: error: %s\n' "$*" >&2; exit 1; }
@@ -32,15 +34,12 @@ cat > "$tmp" <<EOF
 import sys
 
 try:
-    from hvdtrain.quiet import quiet_startup
+    from hvdtrain.horovodrun import main
 except ImportError:  # hvdtrain is gone from this venv: Horovod's horovodrun as it was
-    pass
-else:
-    quiet_startup()
-from horovod.runner.launch import run_commandline
+    from horovod.runner.launch import run_commandline as main
 
 if __name__ == "__main__":
-    sys.exit(run_commandline())
+    sys.exit(main())
 EOF
 chmod 755 "$tmp"
 mv "$tmp" "$script"

@@ -140,6 +140,16 @@ def test_the_guard_does_not_stop_a_blow_up_during_warmup_that_recovers():
     assert _train(guard, progress, losses) == 140
 
 
+def test_the_guard_stops_a_loss_that_explodes_during_warmup_without_waiting_for_its_end():
+    from hvdtrain.training.callbacks import TrainingDiverged
+
+    guard, progress = _guard(warmup_epochs=4.0)  # warmup: 80 steps
+    losses = _decreasing(20) + [1e18] * 60
+    with pytest.raises(TrainingDiverged, match="above 10 times where training started"):
+        _train(guard, progress, losses)
+    assert progress.steps < 80
+
+
 def test_the_guard_stops_a_run_that_blew_up_in_warmup_and_died_after_it():
     from hvdtrain.training.callbacks import TrainingDiverged
 

@@ -326,3 +326,54 @@ def test_launch_readme_documents_every_tuning_knob():
     for knob in ("--fusion-threshold-mb", "--cycle-time-ms", "--timeline-filename",
                  "--autotune", "--fp16-allreduce", "HOROVODRUN_ARGS"):
         assert knob in readme, knob
+
+
+# --- hvdtrain/horovodrun.py: the venv's horovodrun closes a failed job in one line ---
+
+FAILED_JOB = ("Horovod detected that one or more processes exited with non-zero status, thus "
+              "causing the job to be terminated. The first process to do so was:\n"
+              "Process name: 1\nExit code: 4\n")
+
+
+@pytest.mark.parametrize("error, expected", [
+    (RuntimeError(FAILED_JOB), ("1", 4)),
+    (RuntimeError(FAILED_JOB.replace("Exit code: 4", "Exit code: -9")), ("1", -9)),
+    (RuntimeError("Horovod did not find any host"), None),   # not a failed worker: left alone
+    (ValueError(FAILED_JOB), None),
+])
+def test_horovods_failed_job_error_gives_the_worker_and_its_status(error, expected):
+    from hvdtrain.horovodrun import failed_worker
+
+    assert failed_worker(error) == expected
+
+
+@pytest.mark.parametrize("code, status", [("4", 4), ("-9", 1)])
+def test_a_job_ended_by_a_failed_worker_closes_in_one_line_with_its_status(
+        monkeypatch, capsys, code, status):
+    from horovod.runner import launch
+
+    from hvdtrain import horovodrun
+
+    def failing():
+        raise RuntimeError(FAILED_JOB.replace("Exit code: 4", f"Exit code: {code}"))
+
+    monkeypatch.setattr(launch, "run_commandline", failing)
+    monkeypatch.setattr(horovodrun, "quiet_startup", lambda: None)
+    assert horovodrun.main() == status
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"horovodrun: worker 1 exited with status {code}, so the job was ended "
+                   "(the worker's own lines above say why)"]
+
+
+def test_any_other_horovodrun_error_is_left_as_horovod_raised_it(monkeypatch):
+    from horovod.runner import launch
+
+    from hvdtrain import horovodrun
+
+    def failing():
+        raise RuntimeError("Horovod did not find any host")
+
+    monkeypatch.setattr(launch, "run_commandline", failing)
+    monkeypatch.setattr(horovodrun, "quiet_startup", lambda: None)
+    with pytest.raises(RuntimeError, match="did not find any host"):
+        horovodrun.main()
