@@ -18,6 +18,7 @@ import pytest
 import keras
 import tensorflow as tf
 
+from helpers import weights_in_file
 from hvdtrain import comm
 from hvdtrain.benchmarks.learning_curves import load_curve
 from hvdtrain.config import LOCAL_MODES, load_config, parse_interval
@@ -398,16 +399,6 @@ def test_a_two_worker_checkpoint_resumes_on_one_worker_in_examples(tmp_path, idx
     _assert_progress_in_examples(out, epochs=2)
 
 
-def _weights_file(path) -> dict[str, np.ndarray]:
-    import h5py
-
-    out = {}
-    with h5py.File(path) as fh:
-        fh.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                      if isinstance(obj, h5py.Dataset) else None)
-    return out
-
-
 @pytest.mark.slow
 def test_a_run_without_epoch_rounds_resumed_from_an_epoch_checkpoint_is_the_run_that_went_on(
         tmp_path, idx_dataset_dir):
@@ -431,7 +422,7 @@ def test_a_run_without_epoch_rounds_resumed_from_an_epoch_checkpoint_is_the_run_
                              capture_output=True, text=True, env=_env(), timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout
-    went_on, again = (_weights_file(folder / "model.weights.h5")
+    went_on, again = (weights_in_file(folder / "model.weights.h5")
                       for folder in (tmp_path / "whole", killed))
     assert went_on.keys() == again.keys() and went_on
     for key in went_on:
