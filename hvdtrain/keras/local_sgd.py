@@ -111,9 +111,11 @@ class LocalSGD(keras.callbacks.Callback):
         epoch end that saves, and a save every k steps at its own step, hold a round with
         the outer step, so a checkpoint always holds the model training goes on from and a
         resumed run is the run that went on. Each save is then a round: for Paine's period
-        alone, save every multiple of `n_sync` steps, or rarely. An evaluation sees the
-        workers' average (one allreduce, no round) and each worker then takes its own
-        state back. Needs blocking rounds by steps (not `overlap`, not `sync_seconds`).
+        alone, save every multiple of `n_sync` steps, or rarely. A callback of your own that
+        saves between rounds must be in `saves`, or it saves its worker's own state. An
+        evaluation sees the workers' average (one allreduce, no round) and each worker
+        then takes its own state back. Needs blocking rounds by steps (not `overlap`, not
+        `sync_seconds`).
       run_epochs: the epochs after which the run ends, when it calls `fit` more than once
         (hvdtrain's trainer calls it once per run of equal-length epochs); by default
         every fit's end is the run's. The end's round comes there only: with
