@@ -155,7 +155,7 @@ class LocalSGD(keras.callbacks.Callback):
                  epoch_rounds: bool = True, run_epochs: int | None = None,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        period = _period(n_sync, sync_seconds)
+        period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
         _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
                            warm_start_steps, epoch_rounds)
@@ -444,16 +444,20 @@ class LocalSGD(keras.callbacks.Callback):
         self.timed.stopped = True
 
 
-def _period(n_sync, sync_seconds) -> int | AutoPeriod | PerWorkerPeriod | None:
-    if n_sync is None and sync_seconds is None:
-        raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
-    if n_sync is None:
-        return None
+def _period(n_sync) -> int | AutoPeriod | PerWorkerPeriod:
     try:
-        period = parse_n_sync(n_sync)
+        return parse_n_sync(n_sync)
     except ConfigError:
         raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\" or "
                          f"\"auto:N\", got {n_sync!r}") from None
+
+
+def _checked_period(n_sync, sync_seconds) -> int | AutoPeriod | PerWorkerPeriod | None:
+    """The period of steps (None when only `sync_seconds` sets rounds), refused in one line
+    where it cannot be."""
+    if n_sync is None and sync_seconds is None:
+        raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
+    period = _period(n_sync) if n_sync is not None else None
     if isinstance(period, AutoPeriod) and sync_seconds is not None:
         raise ArgumentError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
                             f"and sync_seconds={sync_seconds!r}")
