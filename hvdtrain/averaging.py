@@ -4,7 +4,9 @@ Everything here is a pure function. `outer_step` uses only `+ - * /`, so it runs
 unchanged on NumPy arrays in the tests and on TensorFlow tensors inside
 `hvdtrain.keras.local_sgd`.
 
-Update rules (K workers, x̄ the average of the workers' weights, γ the inner rate):
+Update rules (K workers, x̄ the average of the workers' weights, γ the inner rate, the
+workers' mean: hierarchical hosts of unequal size each scale their own, and every worker
+must take the same outer step):
 - plain local SGD (Stich 2018): every worker sets x ← x̄.
 - SlowMo (Wang et al. 2020), with x₀ the weights after the previous round:
       u ← β u + (x₀ − x̄) / γ ;  x₀ ← x₀ − α γ u ;  x ← x₀

@@ -185,13 +185,13 @@ class TrainConfig:
         modes=LOCAL_MODES)
     epoch_rounds: bool = _opt(
         True, "local mode: a round at every epoch end and before every evaluation, so each "
-              "worker goes on from the consensus model. --no-epoch-rounds: rounds come only "
-              "every --n-sync steps, as in Paine et al. (2013), whatever the epochs and "
-              "--eval-every; evaluations, and the epoch ends that save a checkpoint "
-              "(--checkpoint-every in epochs) or an elastic commit, take the workers' average "
-              "(one allreduce) and each worker then goes on from its own weights. Needed for "
-              "periods longer than an epoch: at 32 workers an epoch of Fashion-MNIST is 58 "
-              "steps of 32", modes=("local",))
+              "worker goes on from the consensus model. --no-epoch-rounds: rounds come every "
+              "--n-sync steps, as in Paine et al. (2013), whatever the epochs and --eval-every, "
+              "and besides only at the run's end and at every save (--checkpoint-every, "
+              "elastic commits), so a checkpoint holds the model training goes on from; an "
+              "evaluation sees the workers' average (one allreduce, no round) and each worker "
+              "then goes on from its own weights. Needed for periods longer than an epoch: at "
+              "32 workers an epoch of Fashion-MNIST is 58 steps of 32", modes=("local",))
     init_weights: str | None = _opt(
         None, "start from these weights (.weights.h5), e.g. a one-worker warm start",
         resumable=True)
@@ -424,7 +424,7 @@ def _check_dependent_options(cfg: TrainConfig) -> None:
 
 def _check_async(cfg: "TrainConfig") -> None:
     """What overlapped rounds cannot do, refused in one line. (Step checkpoints and elastic
-    commits are fine: the round before one blocks, LocalSGD(consensus_every=...).)"""
+    commits are fine: the round after one blocks, LocalSGD(saves=...).)"""
     if cfg.outer_optimizer != "none":
         raise ConfigError(f"--mode async takes the plain average: --outer-optimizer "
                           f"{cfg.outer_optimizer} needs every worker at a round's result")

@@ -1,4 +1,4 @@
-"""Data makers shared by tests and by the worker scripts that tests launch."""
+"""Data makers and readers shared by tests and by the worker scripts that tests launch."""
 
 from __future__ import annotations
 
@@ -74,3 +74,14 @@ def runs_on_learnable_data(root, runs: dict[str, dict]) -> list[dict]:
     return [{"name": name, "config": dict(cfg, data_dir=data_dir,
                                           out=os.path.join(str(root), f"run-{name}"))}
             for name, cfg in runs.items()]
+
+
+def weights_in_file(path) -> dict[str, np.ndarray]:
+    """Every array of a Keras `.weights.h5` file, by its path in the file."""
+    import h5py
+
+    out = {}
+    with h5py.File(path) as fh:
+        fh.visititems(lambda name, obj: out.__setitem__(name, obj[()])
+                      if isinstance(obj, h5py.Dataset) else None)
+    return out

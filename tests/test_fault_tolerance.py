@@ -18,6 +18,7 @@ import pytest
 import keras
 import tensorflow as tf
 
+from helpers import weights_in_file
 from hvdtrain import comm
 from hvdtrain.benchmarks.learning_curves import load_curve
 from hvdtrain.config import LOCAL_MODES, load_config, parse_interval
@@ -25,6 +26,7 @@ from hvdtrain.data import load_dataset
 from hvdtrain.errors import ConfigError
 from hvdtrain.training.callbacks import Checkpointer, CountProgress, ElasticCommit, StepLog
 from hvdtrain.progress import TrainingProgress
+from hvdtrain.save_plan import SavePlan
 from hvdtrain.schedules import learning_rate_at, lr_scaling_workers, schedule_in_examples
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
@@ -93,7 +95,7 @@ def _fit_two_epochs_logging(saver_for, saved: list) -> list:
 def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
     commits: list[int] = []
     logged = _fit_two_epochs_logging(lambda model, progress: ElasticCommit(
-        _RecordingState(model, commits), every=2, progress=progress), commits)
+        _RecordingState(model, commits), SavePlan(commit_every=2), progress=progress), commits)
     assert commits == [2, 4, 5, 6, 8, 10]
     assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
 
@@ -116,7 +118,7 @@ def test_a_step_checkpoint_at_an_epochs_last_step_is_saved_after_its_log():
     # resumed run starts at the next epoch.
     saved: list[int] = []
     logged = _fit_two_epochs_logging(lambda model, progress: Checkpointer(
-        _RecordingStore(saved), None, ("steps", 5), progress, 4), saved)
+        _RecordingStore(saved), None, SavePlan("steps", 5), progress, 4), saved)
     assert saved == [5, 10]
     assert logged == [(0, []), (1, [5])]  # each epoch's line came before its checkpoint
 
@@ -432,6 +434,36 @@ def test_a_two_worker_checkpoint_resumes_on_one_worker_in_examples(tmp_path, idx
     records = _epochs_done(out)
     assert [r["workers"] for r in records] == [2, 1]
     _assert_progress_in_examples(out, epochs=2)
+
+
+@pytest.mark.slow
+def test_a_run_without_epoch_rounds_resumed_from_an_epoch_checkpoint_is_the_run_that_went_on(
+        tmp_path, idx_dataset_dir):
+    """SlowMo between rounds every 5 steps, epochs of 12: the epoch checkpoint is a round of
+    its own, so its model is SlowMo's x0 too, which a resume starts from (x0 is not kept)."""
+    command = _train_command(
+        idx_dataset_dir, tmp_path / "whole", "--model", "lenet", "--mode", "local",
+        "--no-epoch-rounds", "--n-sync", "5", "--outer-optimizer", "slowmo",
+        "--outer-momentum", "0.5", "--steps-per-epoch", "12", "--checkpoint-every", "1epoch",
+        "--deterministic", workers=1)
+    whole = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    # The run as a kill right after the first epoch's checkpoint leaves it.
+    killed = tmp_path / "killed"
+    shutil.copytree(tmp_path / "whole", killed)
+    for name in ("summary.json", "model.weights.h5"):
+        os.remove(killed / name)
+    shutil.rmtree(CheckpointStore(str(killed / "checkpoints")).path_for(24))
+    resumed = subprocess.run([*command[:command.index("--out") + 1], str(killed),
+                              *command[command.index("--out") + 2:]],
+                             capture_output=True, text=True, env=_env(), timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout
+    went_on, again = (weights_in_file(folder / "model.weights.h5")
+                      for folder in (tmp_path / "whole", killed))
+    assert went_on.keys() == again.keys() and went_on
+    for key in went_on:
+        np.testing.assert_array_equal(again[key], went_on[key], err_msg=key)
 
 
 def _tmp_folders(folder) -> list[str]:

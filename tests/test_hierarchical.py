@@ -78,6 +78,32 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
 
 
+@pytest.fixture(scope="module")
+def unequal(tmp_path_factory):
+    """SlowMo with momentum on hosts of two workers and one: each host scales its rate for
+    its own workers, and warms up to it from one worker's rate, so the hosts' rates are
+    not in a fixed ratio (which the outer step would cancel)."""
+    root = tmp_path_factory.mktemp("hierarchical_unequal")
+    runs = runs_on_learnable_data(root, {"slowmo": dict(
+        HIERARCHICAL, n_sync=3, outer_optimizer="slowmo", outer_momentum=0.5,
+        warmup_epochs=1.0)})
+    horovodrun("hierarchical_worker.py", str(root), json.dumps(runs), np_=3,
+               hosts="localhost:2,127.0.0.1:1", timeout=600)
+    return load_rank_files(str(root), "slowmo", workers=3)
+
+
+@pytest.mark.multiprocess
+def test_hosts_of_unequal_size_agree_after_every_round_of_an_outer_optimizer(unequal):
+    assert [r["host"].tolist() for r in unequal] == [[0, 1], [0, 1], [2]]
+    summary = json.loads(str(unequal[0]["summary"]))
+    assert summary["hosts"] == 2 and summary["averaging_rounds"] == 3
+    for step in (3, 6):  # the rounds' steps: x0 and the momentum are the job's, one of each
+        for rank in unequal[1:]:
+            np.testing.assert_array_equal(rank["steps"][step - 1], unequal[0]["steps"][step - 1])
+    for rank in unequal[1:]:
+        np.testing.assert_array_equal(rank["final"], unequal[0]["final"])
+
+
 # --- configuration ---
 
 def test_a_period_in_hosts_divides_by_the_hosts():

@@ -8,6 +8,7 @@ import pytest
 
 import hvdtrain.keras as hk
 from hvdtrain.averaging import sync_points
+from hvdtrain.save_plan import SavePlan
 
 
 def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 40):
@@ -22,6 +23,13 @@ def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 4
     history = model.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0,
                         callbacks=[local_sgd])
     return model, history.history
+
+
+def _fit_again(model, local_sgd, initial_epoch: int, epochs: int, examples: int = 40):
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(examples, 3)).astype("float32"), rng.integers(0, 2, examples)
+    model.fit(x, y, batch_size=4, initial_epoch=initial_epoch, epochs=epochs, shuffle=False,
+              verbose=0, callbacks=[local_sgd])
 
 
 @pytest.mark.parametrize("per_execution", [1, 2, 5])
@@ -50,17 +58,25 @@ def test_without_epoch_rounds_only_the_period_and_the_end_hold_rounds():
     assert history["averaging_rounds"] == [3, 7]
 
 
-@pytest.mark.parametrize("every, shown", [(1, [10]), (2, []), (0, [])])
-def test_without_epoch_rounds_the_average_is_shown_at_the_epoch_ends_asked_for(every, shown):
-    local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False, epoch_average_every=every)
-    calls = []
-    show = local_sgd.show_average
-    local_sgd.show_average = lambda: (calls.append(local_sgd.progress.steps), show())[1]
-    _fit(local_sgd, 1)
-    # Epoch ends after steps 10 and 20, neither of them due (rounds after 9 and 18): the
-    # last one holds the end's round instead.
-    assert calls == shown
-    assert local_sgd.rounds == 7
+@pytest.mark.parametrize("saves, rounds", [
+    (SavePlan("epochs", 1), [4, 8]),   # and after step 10, the first epoch's end
+    (SavePlan("epochs", 2), [3, 7]),   # the last epoch's end is the run's anyway
+    (SavePlan("steps", 4), [5, 10]),   # and after steps 4, 8 and 16 (12 is a round anyway)
+    (SavePlan(), [3, 7]),
+])
+def test_without_epoch_rounds_every_save_holds_a_round(saves, rounds):
+    local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False, saves=saves)
+    _, history = _fit(local_sgd, 1)
+    assert history["averaging_rounds"] == rounds
+
+
+@pytest.mark.parametrize("run_epochs, rounds", [(2, 7), (None, 8)])
+def test_without_epoch_rounds_a_fit_ends_in_a_round_only_where_the_run_ends(run_epochs, rounds):
+    local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False, run_epochs=run_epochs)
+    model, _ = _fit(local_sgd, 1, epochs=1)
+    _fit_again(model, local_sgd, initial_epoch=1, epochs=2)
+    # After steps 3, 6, 9, 12, 15, 18 and 20; without the run's epochs, after 10 too.
+    assert local_sgd.rounds == rounds
 
 
 @pytest.mark.parametrize("timing", [{"overlap": True}, {"sync_seconds": 2.0, "batch_size": 4,

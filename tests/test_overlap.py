@@ -25,12 +25,12 @@ def test_what_async_cannot_do_is_refused_in_one_line(overrides, message):
 
 
 def test_async_checkpoints_every_n_steps_and_commits_elastically_at_blocking_rounds():
-    from hvdtrain.training.build import consensus_intervals
+    from hvdtrain.training.build import save_plan
     cfg = load_config(None, dict(mode="async", checkpoint_every="500", elastic=True,
                                  elastic_commit_every=30, out="runs/x"))
-    assert consensus_intervals(cfg) == (500, 30)
+    assert save_plan(cfg).step_intervals == (500, 30)
     cfg = load_config(None, dict(mode="async", checkpoint_every="2epochs"))
-    assert consensus_intervals(cfg) == (0, 0)
+    assert save_plan(cfg).step_intervals == ()
 
 
 def test_local_mode_options_apply_to_async():

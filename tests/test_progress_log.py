@@ -76,12 +76,14 @@ def test_no_lines_beside_keras_progress_bar_or_when_asked_for_silence(verbose):
 
 def test_log_every_zero_leaves_the_callback_out():
     from hvdtrain.config import load_config
+    from hvdtrain.training.build import save_plan
     from hvdtrain.training.callback_factory import get_callbacks, make_checkpointer
 
     def chief_callbacks(log_every, tmp="/nonexistent-run"):
         cfg = load_config(None, {"log_every": log_every, "step_timeout": 0})
         progress = TrainingProgress(epoch_examples=640)
-        checkpointer = make_checkpointer(cfg, tmp, state=None, progress=progress)
+        checkpointer = make_checkpointer(cfg, tmp, state=None, progress=progress,
+                                         saves=save_plan(cfg))
         callbacks = get_callbacks(cfg, tmp, 0.0, progress, state_sync=None,
                                   checkpointer=checkpointer)
         return [type(c).__name__ for c in callbacks.chief_only]

@@ -7,20 +7,11 @@ fusion lets timing decide how sums round, so the test needs three.
 
 from __future__ import annotations
 
-import h5py
 import numpy as np
 import pytest
 
 from conftest import horovodrun
-from helpers import write_learnable_idx_dataset
-
-
-def _weights(path) -> dict[str, np.ndarray]:
-    out = {}
-    with h5py.File(path) as fh:
-        fh.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                      if isinstance(obj, h5py.Dataset) else None)
-    return out
+from helpers import weights_in_file, write_learnable_idx_dataset
 
 
 @pytest.mark.long
@@ -34,10 +25,10 @@ def test_deterministic_runs_repeat_bitwise_and_evaluations_change_nothing(tmp_pa
     for name, extra in runs.items():
         horovodrun(*common, *extra, "--out", str(tmp_path / name), np_=3, hosts="localhost:3",
                    timeout=300)
-    first = _weights(tmp_path / "first" / "model.weights.h5")
+    first = weights_in_file(tmp_path / "first" / "model.weights.h5")
     assert first and any(np.abs(w).sum() > 0 for w in first.values())
     for name in ("again", "evaluating"):
-        other = _weights(tmp_path / name / "model.weights.h5")
+        other = weights_in_file(tmp_path / name / "model.weights.h5")
         assert other.keys() == first.keys()
         for key in first:
             np.testing.assert_array_equal(other[key], first[key], err_msg=f"{name}: {key}")

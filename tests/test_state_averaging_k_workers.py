@@ -13,7 +13,7 @@ import tensorflow as tf
 from fake_comm import FakeComm, sent_by
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
-                                  optimizer_slots, read)
+                                  current_learning_rate, optimizer_slots, read)
 from workers import state_averaging_worker
 from workers.state_averaging_worker import INNER_LR, set_statistics
 
@@ -70,7 +70,11 @@ def round_at(rank, averagers, distances=None, **average_options):
     with world:
         world.hold_sent(sent)
         if distances is not None:
-            world.hold("weight_divergence", {k: [distances[k]] for k in world.others})
+            # Each worker reports its distance and its inner rate (the outer step takes the
+            # workers' mean rate): here every worker's rate is this one's.
+            rate = float(current_learning_rate(averagers[rank].model.optimizer))
+            world.hold("weight_divergence",
+                       {k: [np.array([distances[k], rate])] for k in world.others})
         returned = averagers[rank].average(**average_options)
     return world, returned
 

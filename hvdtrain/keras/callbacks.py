@@ -7,6 +7,7 @@ checkpoints), which should run on rank 0 only.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 
 import keras
@@ -86,9 +87,11 @@ class AverageModelStatistics(keras.callbacks.Callback):
                 self.progress.state_bytes += self.averager.bytes_per_round
         self._pending = False
 
-    def reach_consensus(self) -> None:
-        """Average the statistics now unless no step has changed them since the last time."""
+    def evaluating(self) -> contextlib.AbstractContextManager:
+        """Average the statistics now unless no step has changed them since the last time,
+        for an evaluation (within the returned context, which keeps them)."""
         self._average_pending()
+        return contextlib.nullcontext()
 
     def on_test_begin(self, logs=None):
         self._average_pending()

@@ -27,8 +27,9 @@ averages", for the measurement behind that default).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 import keras
 
@@ -41,13 +42,16 @@ from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport
-from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, assign, build_optimizer,
+from hvdtrain.keras.round_runner import RoundRunner
+from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
                                   optimizer_step, set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.periods import AutoPeriod, PerWorkerPeriod, parse_period
 from hvdtrain.progress import TrainingProgress, executed_steps
+from hvdtrain.round_policy import Act, RoundPolicy
 from hvdtrain.round_triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
                                      EveryTSeconds, WarmStartEnd)
+from hvdtrain.save_plan import SavePlan
 from hvdtrain.timed_rounds import RoundTimer
 
 
@@ -90,25 +94,33 @@ class LocalSGD(keras.callbacks.Callback):
       batch_size: examples per step of one worker; needed with `sync_seconds`.
       epoch_examples: examples of all workers together in one epoch; needed with
         `sync_seconds` unless `progress` knows it.
-      consensus_every: step intervals after which another callback waits for every
-        worker to hold the same state (a step checkpoint, an elastic commit). With
-        `overlap`, the first round at or after each such step blocks, landing the round
-        in flight first; blocking rounds give consensus anyway.
+      saves: when callbacks after this one save or commit the model
+        (`hvdtrain.save_plan.SavePlan`: step or epoch checkpoints, elastic commits), where
+        every worker must hold the model training goes on from. With `epoch_rounds` a step
+        save waits for the next round (with `overlap`, the first round at or after it
+        blocks, landing the round in flight first); without, see `epoch_rounds`.
       hierarchical: hierarchical local SGD (Lin et al. 2018) for hosts of several workers:
         the optimizer averages gradients among this host's workers every step
         (`with_gradient_averaging(..., within_host=True)` after
         `init(host_groups=True)`), so a host holds one model, and rounds average the
         hosts' models; "N/hosts" periods count hosts. No warm start yet.
       epoch_rounds: hold a round at each epoch end and before each evaluation, so every
-        worker goes on from the consensus model (the default). False: rounds come only every
+        worker goes on from the consensus model (the default). False: rounds come every
         `n_sync` steps, as in Paine et al., whose epochs and evaluations did not touch the
-        clients. Epoch ends and evaluations then show every worker the workers' average
-        (one allreduce, no outer step) for the callbacks that evaluate and save it, and each
-        worker takes its own state back before its next step. Needs blocking rounds by
-        steps (not `overlap`, not `sync_seconds`); the end of training is still a round.
-      epoch_average_every: with `epoch_rounds=False`, show the average at every this
-        many epoch ends, where callbacks after this one save or commit the model (an
-        epoch checkpoint, an elastic commit); 0: at none (evaluations still see it).
+        clients, and besides only where the run ends and where a save is (`saves`): an
+        epoch end that saves, and a save every k steps at its own step, hold a round with
+        the outer step, so a checkpoint always holds the model training goes on from and a
+        resumed run is the run that went on. Each save is then a round: for Paine's period
+        alone, save every multiple of `n_sync` steps, or rarely. A callback of your own that
+        saves between rounds must be in `saves`, or it saves its worker's own state. An
+        evaluation sees the workers' average (one allreduce, no round) and each worker
+        then takes its own state back. Needs blocking rounds by steps (not `overlap`, not
+        `sync_seconds`).
+      run_epochs: the epochs after which the run ends, when it calls `fit` more than once
+        (hvdtrain's trainer calls it once per run of equal-length epochs); by default
+        every fit's end is the run's. The end's round comes there only: with
+        `epoch_rounds=False` the workers go from one fit into the next each with its own
+        state.
       progress: the run's `TrainingProgress`, when another callback placed before
         this one advances it and sets the optimizer's step from it at every fit's start
         (hvdtrain's trainer does); by default this callback keeps its own step count,
@@ -123,9 +135,8 @@ class LocalSGD(keras.callbacks.Callback):
     this epoch; an overlapped round gives this worker's own distance, which
     `MetricAverage` then averages). Batch logs gain `round_seconds`: this worker's
     seconds in rounds so far (`TrainingProgress.round_seconds`), for callbacks that
-    time what rounds cost. A round also runs before evaluation, at each epoch end and
-    at the end of training, so what is evaluated and saved is the consensus model (with
-    `epoch_rounds=False`, only at the end; before then the average is shown instead).
+    time what rounds cost. When else rounds come (evaluations, epoch ends, saves, the
+    run's end) is `hvdtrain.round_policy`'s rule.
 
     With `steps_per_execution` > 1 Keras reports several steps per batch callback:
     they are all counted, and a round falls due at the end of the execution in which
@@ -140,31 +151,43 @@ class LocalSGD(keras.callbacks.Callback):
                  warm_start: str = "sync", progress: TrainingProgress | None = None,
                  overlap: bool = False, sync_seconds: float | None = None,
                  batch_size: int | None = None, epoch_examples: int | None = None,
-                 consensus_every: Sequence[int] = (), hierarchical: bool = False,
-                 epoch_rounds: bool = True, epoch_average_every: int = 1, clock: Callable[[], float] = time.monotonic):
+                 saves: SavePlan | None = None, hierarchical: bool = False,
+                 epoch_rounds: bool = True, run_epochs: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        if n_sync is None and sync_seconds is None:
-            raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
-        period = _period(n_sync) if n_sync is not None else None
-        if isinstance(period, AutoPeriod) and sync_seconds is not None:
-            raise ArgumentError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
-                             f"and sync_seconds={sync_seconds!r}")
+        period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
-        if overlap and outer_optimizer != "none":
-            raise ArgumentError(f"LocalSGD(overlap=True) takes the plain average, got "
-                             f"outer_optimizer={outer_optimizer!r}")
+        _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
+                           warm_start_steps, epoch_rounds)
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
-        if hierarchical and (warm_start_steps or sync_seconds is not None):
-            raise ArgumentError("LocalSGD(hierarchical=True) takes no warm start and no "
-                                f"sync_seconds yet, got warm_start_steps={warm_start_steps} "
-                                f"and sync_seconds={sync_seconds!r}")
-        if not epoch_rounds and (overlap or sync_seconds is not None):
-            raise ArgumentError("LocalSGD(epoch_rounds=False) needs blocking rounds every n_sync "
-                                f"steps, got overlap={overlap} and sync_seconds={sync_seconds!r}")
         self.hierarchical = hierarchical
-        self.epoch_rounds = epoch_rounds
-        self.epoch_average_every = epoch_average_every
+        self.warm_start = warm_start
+        self.broadcast_initial_state = broadcast_initial_state
+        self.batch_size = batch_size
+        self.overlap = overlap
+        outer = None if outer_optimizer == "none" else OuterOptimizer(
+            outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
+        # What a round averages, made by `attach` once the model is known.
+        self._averager_for = functools.partial(
+            ModelStateAverager, trainable=True, statistics=average_bn_stats,
+            optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce)
+        self.counts_steps = progress is None  # nobody else advances the progress then
+        self.progress = progress or TrainingProgress(epoch_examples or 0)
+        self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
+        self._make_schedule(n_sync, period, warm_start_steps, sync_seconds, clock)
+        self.initial_state = InitialState()
+        self.averager: ModelStateAverager | None = None
+        self._begin = 0
+        self._fits = 0
+        self._world: int | None = None  # the set of workers of the last fit (comm.world_id)
+        self._epochs_done = 0           # of the run, as Keras counts them, in this fit
+        self._validation = contextlib.ExitStack()  # the average shown while Keras validates
+
+    def _make_schedule(self, n_sync, period, warm_start_steps: int, sync_seconds, clock) -> None:
+        """When the period's rounds fall due, one object per kind (hvdtrain.round_triggers;
+        the other events' rounds are the policy's), how one is held (chosen once,
+        hvdtrain.keras.round_kinds), and the runner that holds them all."""
         self.n_sync = n_sync
         # "N/workers" is resolved for the workers of each fit (an elastic job may resize);
         # rounds every T seconds have no step period to resolve.
@@ -172,38 +195,18 @@ class LocalSGD(keras.callbacks.Callback):
             sync_seconds is None else None
         if self.per_worker is not None:
             period = self.per_worker.steps(comm.size(), comm.host_group().hosts)
-        self.warm_start = warm_start
-        self.average_bn_stats = average_bn_stats
-        self.average_optimizer_state = average_optimizer_state
-        self.outer = None if outer_optimizer == "none" else OuterOptimizer(
-            outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
-        self.broadcast_initial_state = broadcast_initial_state
-        self.fp16_allreduce = fp16_allreduce
-        self.batch_size = batch_size
-        self.counts_steps = progress is None  # nobody else advances the progress then
-        self._fits = 0
-        self.progress = progress or TrainingProgress(epoch_examples or 0)
-        self.overlap = overlap
-        # When rounds fall due, one object per policy (hvdtrain.round_triggers).
         self.warm = WarmStartEnd(warm_start_steps)
-        self.timed = TimedEpochs(self.progress, batch_size) if sync_seconds is not None else None
+        self.timed = TimedEpochs(self.progress, self.batch_size) \
+            if sync_seconds is not None else None
         self.adaptive = AdaptiveRounds(AdaptivePeriod(
             period.initial, period.minimum, warm_start_steps)) if isinstance(
                 period, AutoPeriod) else None
         self.trigger = self._make_trigger(period, sync_seconds, clock)
+        self.consensus = ConsensusWanted(self.policy.saves.step_intervals)
         self.report = self._make_report()
-        # How a round that falls due is held: chosen once (hvdtrain.keras.round_kinds).
-        self.kind = (round_kinds.Timed(self, overlap) if sync_seconds is not None
-                     else round_kinds.Overlapped(self) if overlap else round_kinds.Blocking(self))
-        self.consensus = ConsensusWanted(consensus_every)
-        self.initial_state = InitialState()
-        self.averager: ModelStateAverager | None = None
-        self._overlapped: OverlappedRounds | None = None
-        self._begin = 0
-        self._epoch_distances: list[float] = []
-        # While the workers are shown their average (epoch_rounds=False): each worker's own
-        # state, and the step after which the workers last really agreed.
-        self._own: tuple[list, int | None] | None = None
+        self.runner = RoundRunner(self.progress, self.report, self.trigger,
+                                  self.warm_start == "single")
+        self.kind = self._make_kind(self.overlap, sync_seconds)
 
     @property
     def warm_start_steps(self) -> int:
@@ -228,6 +231,13 @@ class LocalSGD(keras.callbacks.Callback):
             return CountReport(self.timed, self._follow_job_step)
         return NoReport()
 
+    def _make_kind(self, overlap: bool, sync_seconds: float | None):
+        if sync_seconds is not None:
+            return round_kinds.Timed(self.runner, self.timed, self.stop_epoch, overlap)
+        if overlap:
+            return round_kinds.Overlapped(self.runner, self.consensus)
+        return round_kinds.Blocking(self.runner)
+
     @property
     def period(self) -> int | None:
         """Local steps between two rounds now (None when rounds come every T seconds)."""
@@ -237,7 +247,8 @@ class LocalSGD(keras.callbacks.Callback):
     def kept_state(self) -> dict[str, list]:
         """State beyond the model's and the optimizer's that a checkpoint and an elastic
         commit must keep, by name (after `attach`): the outer optimizer's momentum buffers,
-        and the adaptive period's schedule."""
+        and the adaptive period's schedule. (SlowMo's x0 is not among them: every save is
+        a round, after which x0 is the model itself.)"""
         kept = {}
         if self.averager is not None and self.averager.buffers:
             kept["outer_momentum"] = list(self.averager.buffers)
@@ -250,53 +261,34 @@ class LocalSGD(keras.callbacks.Callback):
         restore its outer-optimizer buffers from a checkpoint before `fit`."""
         if self.averager is None:
             build_optimizer(model)  # the slots must exist before we can average them
-            self.averager = ModelStateAverager(
-                model, trainable=True, statistics=self.average_bn_stats,
-                optimizer_state=self.average_optimizer_state, outer=self.outer,
-                fp16_allreduce=self.fp16_allreduce)
-            if self.overlap:
-                self._overlapped = OverlappedRounds(
-                    self.averager, self.report.length if self.report.carries else None)
+            self.averager = self._averager_for(model)
+            overlapped = OverlappedRounds(
+                self.averager, self.report.length if self.report.carries else None
+            ) if self.overlap else None
+            self.runner.attach(model, self.averager, overlapped)
         return self.averager
 
     # --- Keras hooks ---
 
     def on_train_begin(self, logs=None):
-        averaging = averaging_optimizer(self.model.optimizer)
-        averages_gradients = self.warm_start == "sync" and self.warm.steps > 0
-        if averages_gradients and averaging is None:
-            raise ArgumentError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
-                                "hvdtrain.keras.with_gradient_averaging")
-        if self.hierarchical and not (averaging is not None and averaging.within_host):
-            raise ArgumentError("LocalSGD(hierarchical=True) needs an optimizer made by "
-                                "hvdtrain.keras.with_gradient_averaging(..., within_host=True)")
+        averaging = self._checked_averaging()
         _check_steps_per_execution(self.model, self.warm.steps)
         if self.per_worker is not None:
             self.trigger.n_sync = self.per_worker.steps(comm.size(), comm.host_group().hosts)
-        averager = self.attach(self.model)
-        self._own = None  # an elastic reset brought every worker the last commit instead
-        if self.broadcast_initial_state:  # once per set of workers, not once per fit
-            kept = [v for variables in self.kept_state.values() for v in variables]
-            self.progress.broadcast_bytes += self.initial_state.give(
-                self.model, kept, name="local_sgd_state")
-        averager.reset_anchor()  # every fit starts in consensus (rounds end each one)
-        if self.counts_steps and self._fits == 0:
-            # Our own count starts where the optimizer stands (rank 0's, after the
-            # broadcast), so a user's resumed model continues its schedule.
-            self.progress.restore({"steps": optimizer_step(self.model.optimizer)})
-        self._fits += 1
+        self.attach(self.model)
+        self._start_together()
         set_optimizer_step(self.model.optimizer, self.progress.steps)
         if self.adaptive is not None:
             self.adaptive.take_kept()
-        self.progress.consensus_step = self.progress.steps
         warming = self.warm.warming(self.progress.steps)
-        self._trace(warming)
+        self.runner.trace(warming)
         if averaging is not None:  # hierarchical: a host's workers average every step
             averaging.averaging_enabled.assign(
-                self.hierarchical or (averages_gradients and warming))
+                self.hierarchical or (self._averages_gradients and warming))
         if self.timed is not None:
             self.timed.begin(self.progress.steps, in_step=warming)
         self.trigger.restart()
+        self._epochs_done = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.timed is not None:
@@ -307,7 +299,6 @@ class LocalSGD(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
-        self.take_back_own()
 
     def on_train_batch_end(self, batch, logs=None):
         steps = executed_steps(self._begin, batch)
@@ -320,156 +311,126 @@ class LocalSGD(keras.callbacks.Callback):
         if self.warm.due(done):
             self._end_warm_start()
         elif self.trigger.due(done):
-            with self._timing_rounds():
+            with self.runner.timing():
                 self.kind.hold()
+        self._do(self.policy.at_step_end(self.progress.in_consensus, done))
         if self.timed is not None and self.timed.in_step_past_end():
             self.stop_epoch()  # in step, every worker gets here at the same step
         if logs is not None:
             logs["round_seconds"] = self.progress.round_seconds
 
     def on_test_begin(self, logs=None):
-        self.reach_consensus()
+        self._validation.enter_context(self.evaluating())
+
+    def on_test_end(self, logs=None):
+        self._validation.close()
 
     def on_epoch_end(self, epoch, logs=None):
         if self.timed is not None and not self.timed.stopped:
-            # The other workers are still in timed rounds: this one cannot join them.
-            raise ArgumentError(
-                f"LocalSGD(sync_seconds=...): epoch {epoch + 1} ended on this worker's data "
-                f"after {self.progress.examples} of the {self.timed.epoch_end} examples that "
-                "end it for the job; give fit endless data (dataset.repeat()) and no "
-                "steps_per_epoch")
-        # The last epoch's end holds the end's round now, for its callbacks to save.
-        last, every = epoch + 1 == self.params.get("epochs"), self.epoch_average_every
-        if self.epoch_rounds or last or (every and (epoch + 1) % every == 0):
-            self.reach_consensus(final=last)
+            raise _ended_on_own_data(epoch, self.progress.examples, self.timed.epoch_end)
+        self._epochs_done = epoch + 1
+        self._do(self.policy.at_epoch_end(self._agree(), epoch + 1, self.params.get("epochs")))
+        divergence = self.runner.take_divergence()
         if logs is not None:
             logs["averaging_rounds"] = self.rounds
-            distances = self._epoch_distances
-            logs["divergence"] = sum(distances) / len(distances) if distances else 0.0
+            logs["divergence"] = divergence
             if self.period is not None:
                 logs["n_sync"] = self.period  # in force now: it changes with n_sync="auto"
-        self._epoch_distances = []
 
     def on_train_end(self, logs=None):
         try:
-            self.take_back_own()
-            self.reach_consensus(final=True)
+            self._validation.close()
+            self._do(self.policy.at_fit_end(self._agree(), self._epochs_done))
         finally:
             self.abandon_rounds()
 
     def abandon_rounds(self) -> None:
         """Stop the overlapped rounds' thread, dropping a round in flight: for a fit that
         raised, which Keras ends without `on_train_end`."""
-        if self._overlapped is not None:
-            self._overlapped.abandon()
+        self.runner.abandon()
 
-    # --- rounds ---
+    # --- what the policy asks for ---
 
-    def _trace(self, warming: bool) -> None:
-        """Build the rounds' graphs now, so no round stalls training on tracing."""
-        self.averager.trace(apply_outer=True)
-        if self._overlapped is not None:
-            self._overlapped.trace()
-        if warming:
-            self.averager.trace(apply_outer=False, take_chief=self.warm_start == "single")
+    def evaluating(self) -> contextlib.AbstractContextManager:
+        """Make every worker hold the model to evaluate, until the returned context closes:
+        the consensus (after a round unless the workers agree), or with `epoch_rounds=False`
+        the workers' average, shown while the context is open. A collective call;
+        hvdtrain's evaluations within epochs use it, Keras's validation `on_test_begin`."""
+        act = self.policy.at_evaluation(self._agree(), self._warming)
+        if act is Act.VIEW:
+            return self.runner.view()
+        self._do(act)
+        return contextlib.nullcontext()
+
+    @property
+    def _warming(self) -> bool:
+        return self.warm.warming(self.progress.steps)
+
+    @property
+    def _averages_gradients(self) -> bool:
+        return self.warm_start == "sync" and self.warm.steps > 0
+
+    def _agree(self) -> bool:
+        """Whether every worker holds the same state, once a round in flight has landed."""
+        with self.runner.timing():
+            self.runner.finish_in_flight()
+        return self.progress.in_consensus
+
+    def _do(self, act: Act) -> None:
+        if act is Act.ROUND:
+            # Blocking in overlapped mode too: the caller needs the consensus model now.
+            with self.runner.timing():
+                self.runner.blocking_round(warm_start=self._warming)
 
     def _end_warm_start(self) -> None:
         if self.warm_start == "sync":
             averaging_optimizer(self.model.optimizer).averaging_enabled.assign(False)
-        with self._timing_rounds():
-            self.blocking_round(warm_start=True)
+        with self.runner.timing():
+            self.runner.blocking_round(warm_start=True)
         if self.adaptive is not None:
             self.adaptive.loss.take()  # F₀ is the first local period's loss
         if self.timed is not None:
             self.timed.begin(self.progress.steps, in_step=False)
         self.trigger.restart()
 
-    def blocking_round(self, by_trigger: bool = False, warm_start: bool = False) -> None:
-        """Every worker takes the mean now (after a one-worker warm start, rank 0's
-        state); `by_trigger`: a round the trigger held, which its report goes with."""
-        self.progress.state_bytes += self.report.before_state()
-        set_optimizer_step(self.model.optimizer, self.progress.steps)  # the outer step's rate
-        # After a synchronous warm start only the BatchNorm statistics differ; after a
-        # one-worker warm start everything but rank 0's state is thrown away.
-        distance = self.averager.average(apply_outer=not warm_start,
-                                         take_chief=warm_start and self.warm_start == "single")
-        if not warm_start:
-            self._epoch_distances.append(distance)
-        self._count_round()
-        self.progress.consensus_step = self.progress.steps
-        if by_trigger:
-            self.progress.state_bytes += self.report.after_state()
+    # --- the fit's start, the schedule and the fit's end ---
 
-    def start_overlapped(self) -> None:
-        """Start a round from the state now, behind the next steps; the workers are not in
-        consensus until a blocking round."""
-        report = self.report.carried()
-        self._overlapped.start(self.progress.steps, report)
-        self._count_round()
-        if report is not None and self._overlapped.in_flight:
-            self.progress.state_bytes += report.nbytes
+    def _checked_averaging(self):
+        """The optimizer's gradient averaging, if it has one; refused in one line where the
+        warm start or hierarchical mode needs one and it has not."""
+        averaging = averaging_optimizer(self.model.optimizer)
+        if self._averages_gradients and averaging is None:
+            raise ArgumentError("LocalSGD(warm_start_steps>0) needs an optimizer made by "
+                                "hvdtrain.keras.with_gradient_averaging")
+        if self.hierarchical and not (averaging is not None and averaging.within_host):
+            raise ArgumentError("LocalSGD(hierarchical=True) needs an optimizer made by "
+                                "hvdtrain.keras.with_gradient_averaging(..., within_host=True)")
+        return averaging
 
-    def finish_in_flight(self) -> None:
-        """Wait for the overlapped round in flight, if any, and apply it."""
-        if self._overlapped is None or not self._overlapped.in_flight:
-            return
-        started_at = self._overlapped.started_at
-        finished = self._overlapped.finish()
-        self._epoch_distances.append(finished.distance)
-        self.report.learn(finished.report)
-        if started_at == self.progress.steps:
-            # Nothing moved since its snapshot: every worker now holds its mean.
+    def _start_together(self) -> None:
+        """At the first fit, and after an elastic reset brought another set of workers,
+        every worker takes rank 0's state (a view a raising fit left open is dropped: the
+        reset brought the last commit). A later fit of the same workers goes on from where
+        the last one left them: in consensus, or (`epoch_rounds=False`, before the run's
+        end) each worker from its own state and SlowMo's x0 from the last round."""
+        new_world = self._world != comm.world_id()
+        self._world = comm.world_id()
+        if new_world:
+            self._validation.pop_all()
+        else:
+            self._validation.close()
+        if self.broadcast_initial_state:  # once per set of workers, not once per fit
+            kept = [v for variables in self.kept_state.values() for v in variables]
+            self.progress.broadcast_bytes += self.initial_state.give(
+                self.model, kept, name="local_sgd_state")
+        if self.counts_steps and self._fits == 0:
+            # Our own count starts where the optimizer stands (rank 0's, after the
+            # broadcast), so a user's resumed model continues its schedule.
+            self.progress.restore({"steps": optimizer_step(self.model.optimizer)})
+        self._fits += 1
+        if new_world or self.progress.in_consensus:
+            self.averager.reset_anchor()
             self.progress.consensus_step = self.progress.steps
-
-    def round_held(self) -> None:
-        """The trigger's round is held (of either kind): count the next period from here."""
-        self.trigger.held(self.progress.steps)
-        self.report.round_held()
-
-    def reach_consensus(self, final: bool = False) -> None:
-        """Make every worker hold the same state now: a round in flight is applied, then a
-        blocking round unless the workers already agree; with `epoch_rounds=False` after
-        the warm start, unless `final`, the workers' average is only shown
-        (`show_average`). A collective call; hvdtrain calls it before evaluations (also
-        within an epoch), at epoch ends and at the end."""
-        with self._timing_rounds():
-            self.finish_in_flight()
-            if self.averager is None or self.progress.in_consensus:
-                return
-            warming = self.progress.steps <= self.warm.steps
-            if self.epoch_rounds or warming or final:
-                # Blocking in overlapped mode too: the caller needs the consensus model now.
-                self.blocking_round(warm_start=warming)
-            else:
-                self.show_average()
-
-    def show_average(self) -> None:
-        """Every worker holds the workers' average until its next step (`take_back_own`),
-        which is no round: the period and the outer optimizer go on as before."""
-        self._own = (self.averager.show_mean(), self.progress.consensus_step)
-        self.progress.state_bytes += self.averager.bytes_per_round
-        self.progress.consensus_step = self.progress.steps  # what callbacks now see agrees
-
-    def take_back_own(self) -> None:
-        """Each worker goes on from its own state after `show_average`."""
-        if self._own is not None:
-            own, self.progress.consensus_step = self._own
-            assign(self.averager.variables, own)
-            self._own = None
-
-    def _count_round(self) -> None:
-        self.progress.averaging_rounds += 1
-        self.progress.state_bytes += self.averager.bytes_per_round
-
-    @contextlib.contextmanager
-    def _timing_rounds(self):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.progress.round_seconds += time.perf_counter() - start
-
-    # --- the schedule and the fit ---
 
     def _follow_job_step(self, job_step: int) -> None:
         """After a timed round: the count, and with it the optimizer's step, follows the
@@ -489,6 +450,41 @@ def _period(n_sync) -> int | AutoPeriod | PerWorkerPeriod:
     except ConfigError:
         raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\" or "
                          f"\"auto:N\", got {n_sync!r}") from None
+
+
+def _checked_period(n_sync, sync_seconds) -> int | AutoPeriod | PerWorkerPeriod | None:
+    """The period of steps (None when only `sync_seconds` sets rounds), refused in one line
+    where it cannot be."""
+    if n_sync is None and sync_seconds is None:
+        raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
+    period = _period(n_sync) if n_sync is not None else None
+    if isinstance(period, AutoPeriod) and sync_seconds is not None:
+        raise ArgumentError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
+                            f"and sync_seconds={sync_seconds!r}")
+    return period
+
+
+def _check_combination(overlap: bool, outer_optimizer: str, sync_seconds, hierarchical: bool,
+                       warm_start_steps: int, epoch_rounds: bool) -> None:
+    if overlap and outer_optimizer != "none":
+        raise ArgumentError(f"LocalSGD(overlap=True) takes the plain average, got "
+                            f"outer_optimizer={outer_optimizer!r}")
+    if hierarchical and (warm_start_steps or sync_seconds is not None):
+        raise ArgumentError("LocalSGD(hierarchical=True) takes no warm start and no "
+                            f"sync_seconds yet, got warm_start_steps={warm_start_steps} "
+                            f"and sync_seconds={sync_seconds!r}")
+    if not epoch_rounds and (overlap or sync_seconds is not None):
+        raise ArgumentError("LocalSGD(epoch_rounds=False) needs blocking rounds every n_sync "
+                            f"steps, got overlap={overlap} and sync_seconds={sync_seconds!r}")
+
+
+def _ended_on_own_data(epoch: int, examples: int, epoch_end: int) -> ArgumentError:
+    """Timed rounds: the fit ran out of this worker's data while the other workers are
+    still in timed rounds, which this one cannot join."""
+    return ArgumentError(
+        f"LocalSGD(sync_seconds=...): epoch {epoch + 1} ended on this worker's data after "
+        f"{examples} of the {epoch_end} examples that end it for the job; give fit endless "
+        "data (dataset.repeat()) and no steps_per_epoch")
 
 
 def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) -> None:

@@ -8,52 +8,59 @@
 - `Timed`: a round every T seconds of this worker's clock; overlapped when the mode
   is, except where the epoch may end at it, since only a blocking round's count can end it.
 
-What a round carries besides the state is the report's business
-(`hvdtrain.keras.round_reports`), not the kind's.
+Each kind runs its rounds through the worker's `RoundRunner`. What a round carries
+besides the state is the report's business (`hvdtrain.keras.round_reports`), not the kind's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
-if TYPE_CHECKING:
-    from hvdtrain.keras.local_sgd import LocalSGD
+from hvdtrain.keras.round_runner import RoundRunner
+from hvdtrain.keras.timed_epochs import TimedEpochs
+from hvdtrain.round_triggers import ConsensusWanted
 
 
 class Blocking:
-    def __init__(self, sgd: "LocalSGD"):
-        self.sgd = sgd
+    def __init__(self, runner: RoundRunner):
+        self.runner = runner
 
     def hold(self) -> None:
-        self.sgd.blocking_round(by_trigger=True)
-        self.sgd.round_held()
+        self.runner.blocking_round(by_trigger=True)
+        self.runner.round_held()
 
 
 class Overlapped:
-    def __init__(self, sgd: "LocalSGD"):
-        self.sgd = sgd
+    def __init__(self, runner: RoundRunner, consensus: ConsensusWanted):
+        self.runner = runner
+        self.consensus = consensus
 
     def hold(self) -> None:
-        self.sgd.finish_in_flight()
-        if self.sgd.consensus.take():
-            self.sgd.blocking_round(by_trigger=True)
+        self.runner.finish_in_flight()
+        if self.consensus.take():
+            self.runner.blocking_round(by_trigger=True)
         else:
-            self.sgd.start_overlapped()
-        self.sgd.round_held()
+            self.runner.start_overlapped()
+        self.runner.round_held()
 
 
 class Timed:
-    def __init__(self, sgd: "LocalSGD", overlap: bool):
-        self.sgd = sgd
+    """`stop_epoch` ends the fit's epoch on this worker, at the round that finds it done."""
+
+    def __init__(self, runner: RoundRunner, timed: TimedEpochs, stop_epoch: Callable[[], None],
+                 overlap: bool):
+        self.runner = runner
+        self.timed = timed
+        self.stop_epoch = stop_epoch
         self.overlap = overlap
 
     def hold(self) -> None:
-        sgd = self.sgd
-        sgd.finish_in_flight()
-        if self.overlap and not sgd.timed.round_may_end_epoch():
-            sgd.start_overlapped()
+        runner = self.runner
+        runner.finish_in_flight()
+        if self.overlap and not self.timed.round_may_end_epoch():
+            runner.start_overlapped()
         else:
-            sgd.blocking_round(by_trigger=True)
-            if sgd.timed.count_reached_end():
-                sgd.stop_epoch()
-        sgd.round_held()
+            runner.blocking_round(by_trigger=True)
+            if self.timed.count_reached_end():
+                self.stop_epoch()
+        runner.round_held()

@@ -286,8 +286,7 @@ class ModelStateAverager:
         n = len(self.weights)
         distance = tf.constant(0.0)
         if self.weights:
-            (distance,) = comm.average([weight_distance(values[:n], results[:n])],
-                                       name="weight_divergence")
+            distance, inner_lr = _job_means(weight_distance(values[:n], results[:n]), inner_lr)
         if self.anchor is not None:
             results[:n] = self._outer_update(results[:n], inner_lr, apply_outer)
         assign(self.variables, results)
@@ -351,6 +350,17 @@ class ModelStateAverager:
             anchor.assign(new_anchor)
             targets.append(new_anchor)
         return targets
+
+
+def _job_means(distance, inner_lr) -> tuple[tf.Tensor, tf.Tensor]:
+    """The workers' mean distance from the average, and their mean inner rate, in one small
+    allreduce. The outer step must use one rate on every worker: with hierarchical local
+    SGD each host scales its own for its own workers, and hosts of unequal size would
+    otherwise compute different x0 and momentum. Averaged in float64, equal rates come back
+    exactly as they went."""
+    pair = tf.stack([tf.cast(distance, tf.float64), tf.cast(inner_lr, tf.float64)])
+    (mean,) = comm.average([pair], name="weight_divergence")
+    return tf.cast(mean[0], tf.float32), tf.cast(mean[1], inner_lr.dtype)
 
 
 # fp16 rounds keep the reference of the raw statistics (mean a, variance r) and take the

@@ -13,6 +13,7 @@ from hvdtrain.keras.schedule import WarmupDecaySchedule
 from hvdtrain.keras.state import build_optimizer
 from hvdtrain.models import build_model
 from hvdtrain.progress import TrainingProgress
+from hvdtrain.save_plan import SavePlan
 from hvdtrain.training.optimizers import make_optimizer
 from hvdtrain.training.world import World
 
@@ -53,8 +54,15 @@ def use_world(model: keras.Model, world: World) -> None:
     model.make_test_function(force=True)
 
 
-def state_callback(cfg: TrainConfig, model: keras.Model,
-                   progress: TrainingProgress) -> LocalSGD | AverageModelStatistics:
+def save_plan(cfg: TrainConfig) -> SavePlan:
+    """When the run saves (checkpoints) or commits (elastic) its model: one plan, for the
+    callbacks that save and for LocalSGD, which must give them the consensus model there."""
+    unit, every = parse_interval(cfg.checkpoint_every)
+    return SavePlan(unit, every, cfg.elastic_commit_every if cfg.elastic else None)
+
+
+def state_callback(cfg: TrainConfig, model: keras.Model, progress: TrainingProgress,
+                   saves: SavePlan) -> LocalSGD | AverageModelStatistics:
     """What keeps the workers' states together beyond gradients, attached to `model`."""
     if cfg.mode in LOCAL_MODES:
         callback = LocalSGD(
@@ -64,28 +72,13 @@ def state_callback(cfg: TrainConfig, model: keras.Model,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
             outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
-            batch_size=cfg.batch_size, consensus_every=consensus_intervals(cfg),
-            hierarchical=cfg.hierarchical_sgd, epoch_rounds=cfg.epoch_rounds,
-            epoch_average_every=epochs_saved_every(cfg))
+            batch_size=cfg.batch_size, saves=saves, hierarchical=cfg.hierarchical_sgd,
+            epoch_rounds=cfg.epoch_rounds, run_epochs=cfg.epochs)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.
     callback.attach(model)
     return callback
-
-
-def epochs_saved_every(cfg: TrainConfig) -> int:
-    """Every how many epoch ends a callback saves the model (an epoch checkpoint) or
-    commits it (elastic: every epoch end); 0: none."""
-    unit, every = parse_interval(cfg.checkpoint_every)
-    return 1 if cfg.elastic else every if unit == "epochs" else 0
-
-
-def consensus_intervals(cfg: TrainConfig) -> tuple[int, ...]:
-    """Every how many steps a callback waits for consensus: step checkpoints, elastic
-    commits. In async mode the round after each such step blocks (LocalSGD)."""
-    unit, every = parse_interval(cfg.checkpoint_every)
-    return (every if unit == "steps" else 0, cfg.elastic_commit_every if cfg.elastic else 0)
 
 
 def checkpoint_state(model: keras.Model, state_sync) -> tf.train.Checkpoint:

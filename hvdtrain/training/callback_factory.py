@@ -25,9 +25,10 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval
+from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.keras.callbacks import BroadcastInitialState, MetricAverage
 from hvdtrain.progress import TrainingProgress
+from hvdtrain.save_plan import SavePlan
 from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, CountProgress, ElasticCommit,
                                          FiniteLossGuard, MetricsLog, StepLog, ThroughputMeter)
@@ -49,8 +50,9 @@ class RunCallbacks:
     watchdog: StepWatchdog | None
     elastic: list[keras.callbacks.Callback] = field(default_factory=list)
 
-    def add_elastic_commit(self, elastic_state, every: int, progress: TrainingProgress) -> None:
-        self.elastic = [ElasticCommit(elastic_state, every, progress, step_log=self.step_log)]
+    def add_elastic_commit(self, elastic_state, saves: SavePlan,
+                           progress: TrainingProgress) -> None:
+        self.elastic = [ElasticCommit(elastic_state, saves, progress, step_log=self.step_log)]
 
     def for_this_rank(self) -> list[keras.callbacks.Callback]:
         chief = self.chief_only if comm.is_chief() else []
@@ -93,7 +95,7 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
     return RunCallbacks(every_rank, chief_only, throughput, step_log, watchdog)
 
 
-def make_checkpointer(cfg: TrainConfig, run_dir: str, state, progress: TrainingProgress) -> Checkpointer:
+def make_checkpointer(cfg: TrainConfig, run_dir: str, state, progress: TrainingProgress,
+                      saves: SavePlan) -> Checkpointer:
     store = CheckpointStore(os.path.join(run_dir, run_folder.CHECKPOINTS), cfg.keep_checkpoints)
-    return Checkpointer(store, state, parse_interval(cfg.checkpoint_every), progress,
-                        cfg.batch_size)
+    return Checkpointer(store, state, saves, progress, cfg.batch_size)

@@ -17,6 +17,7 @@ from hvdtrain import comm, files
 from hvdtrain.errors import HvdtrainError
 from hvdtrain.keras.state import current_learning_rate, set_optimizer_step
 from hvdtrain.progress import TrainingProgress, executed_steps
+from hvdtrain.save_plan import SavePlan
 from hvdtrain.stats import per_batch_values
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
@@ -289,22 +290,25 @@ class StepSavePoints:
 
 
 class Checkpointer(keras.callbacks.Callback):
-    """Saves a checkpoint every N steps or epochs (rank 0 only; after the state callbacks).
+    """Saves a checkpoint where the run's `SavePlan` says: every N steps or epochs (rank 0
+    only; after the state callbacks).
 
     A step checkpoint waits for consensus, and an epoch's last step for the epoch's end
-    (`StepSavePoints`), so what is saved is always the consensus model. Weights that are not
+    (`StepSavePoints`); in local mode LocalSGD, asking the same plan, makes every save a
+    consensus, so what is saved is always the consensus model. Weights that are not
     finite are never saved: the last good checkpoint stays the newest.
     """
 
-    def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, interval: tuple[str, int],
+    def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, saves: SavePlan,
                  progress: TrainingProgress, batch_size: int):
         super().__init__()
         self.store = store
         self.state = state
-        self.unit, self.every = interval
+        self.saves = saves
         self.progress = progress
         self.batch_size = batch_size
-        self._points = StepSavePoints(self.every, progress) if self.unit == "steps" else None
+        self._points = StepSavePoints(saves.checkpoint_steps, progress) \
+            if saves.checkpoint_steps else None
 
     def _save(self) -> None:
         step = self.progress.steps
@@ -325,17 +329,18 @@ class Checkpointer(keras.callbacks.Callback):
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.unit == "epochs" and (epoch + 1) % self.every == 0:
+        if self.saves.checkpoints_at_epoch_end(epoch + 1):
             self._save()
         elif self._points is not None and self._points.at_epoch_end():
             self._save()
 
 
 class ElasticCommit(keras.callbacks.Callback):
-    """Commits the elastic state every N steps and at epoch ends.
+    """Commits the elastic state where the run's `SavePlan` says: every N steps and at
+    epoch ends.
 
     A commit is where a failed worker's peers roll back to, and where workers that
-    joined are let in. In local mode it waits for an averaging round, like a checkpoint.
+    joined are let in. In local mode it waits for consensus, like a checkpoint.
     Place it after the callbacks that log and checkpoint epochs: a commit that lets
     workers in ends this `fit` at once, and an epoch whose end callbacks had not run
     by then would never be logged, since training resumes at the next epoch. For the
@@ -343,12 +348,12 @@ class ElasticCommit(keras.callbacks.Callback):
     `step_log` is flushed first, so no step of the committed stretch goes unlogged.
     """
 
-    def __init__(self, state, every: int, progress: TrainingProgress, step_log=None):
+    def __init__(self, state, saves: SavePlan, progress: TrainingProgress, step_log=None):
         super().__init__()
         self.state = state
         self.progress = progress
         self.step_log = step_log
-        self._points = StepSavePoints(every, progress)
+        self._points = StepSavePoints(saves.commit_every, progress)
 
     def _commit(self):
         if self.step_log is not None:

@@ -1,8 +1,9 @@
 """`--eval-every N`: test accuracy within epochs, the data of time-to-accuracy curves.
 
-Every N steps all workers first reach consensus (a blocking averaging round in local
-and async mode, the BatchNorm statistics' round in sync mode), then evaluate that one
-model on the test split or a fixed part of it, each worker its shard, summed exactly.
+Every N steps all workers first hold one model (a blocking averaging round in local
+and async mode, with --no-epoch-rounds the workers' average shown for the evaluation
+only; the BatchNorm statistics' round in sync mode), then evaluate it on the test
+split or a fixed part of it, each worker its shard, summed exactly.
 Rank 0 appends a line to metrics.jsonl with `"eval": true`.
 
 The time spent evaluating (here and in Keras's validation after each epoch) is added to
@@ -33,8 +34,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     Args:
       every: steps between two evaluations (the job's steps, equal on every worker).
       test_data: makes this worker's part of the test split, for the current workers.
-      state_sync: `LocalSGD` or `AverageModelStatistics`: its `reach_consensus()` runs
-        first, and its `period` (steps between rounds now) goes into the line.
+      state_sync: `LocalSGD` or `AverageModelStatistics`: the evaluation runs within its
+        `evaluating()`, and its `period` (steps between rounds now) goes into the line.
       fp16_allreduce: whether gradients travel as float16 (for the bytes so far).
       beat: called after each test batch: the step watchdog's, so that an evaluation
         longer than one --step-timeout still counts as progress, batch by batch.
@@ -79,14 +80,15 @@ class PeriodicEvaluation(keras.callbacks.Callback):
         self._test_started = None
 
     def evaluate_now(self) -> dict:
-        """Consensus, then one evaluation; returns the record (rank 0 also logs it)."""
-        self.state_sync.reach_consensus()
-        started = time.perf_counter()
-        if self._evaluation is None:
-            self._evaluation = TestEvaluation(self.model)
-        loss, accuracy = self._evaluation(self.test_data(), on_batch=self.beat,
-                                          name=f"periodic_evaluation_{self.progress.steps}")
-        self.progress.eval_seconds += time.perf_counter() - started
+        """One evaluation of the workers' one model; returns the record (rank 0 also
+        logs it)."""
+        with self.state_sync.evaluating():
+            started = time.perf_counter()
+            if self._evaluation is None:
+                self._evaluation = TestEvaluation(self.model)
+            loss, accuracy = self._evaluation(self.test_data(), on_batch=self.beat,
+                                              name=f"periodic_evaluation_{self.progress.steps}")
+            self.progress.eval_seconds += time.perf_counter() - started
         record = self._record(loss, accuracy)
         if comm.is_chief():
             files.append_jsonl(self.log_path, record)

@@ -25,8 +25,9 @@ from hvdtrain.errors import ConfigError, PeerLostError
 from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
+from hvdtrain.save_plan import SavePlan
 from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_variables,
-                                     state_callback, use_world)
+                                     save_plan, state_callback, use_world)
 from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make_checkpointer
 from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, naming_bad_input
 from hvdtrain.training.resume import (Job, ResumePlan, load_initial_weights, on_chief,
@@ -62,6 +63,7 @@ class Run:
     callbacks: RunCallbacks
     start_time: float
     cores_per_worker: float   # this worker's share of its machine's cores (StartedWorker)
+    saves: SavePlan                        # when checkpoints and elastic commits come
     resumed_from_step: int = 0
     history: dict[str, list[float]] = field(default_factory=dict)
 
@@ -170,14 +172,15 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: Star
         progress = TrainingProgress(epoch_examples_for(cfg, data, _num_train(cfg, data)))
     world = current_world(cfg, progress)
     model = compiled_model(cfg, data, world, started.devices)
-    state_sync = state_callback(cfg, model, progress)
+    saves = save_plan(cfg)
+    state_sync = state_callback(cfg, model, progress, saves)
     state = checkpoint_state(model, state_sync)
-    checkpointer = make_checkpointer(cfg, cfg.out, state, progress)
+    checkpointer = make_checkpointer(cfg, cfg.out, state, progress, saves)
     callbacks = get_callbacks(cfg, cfg.out, start, progress, state_sync, checkpointer,
                               extra_callbacks, lambda: _eval_data(cfg, data),
                               classes=data.num_classes)
     run = Run(cfg, data, progress, world, model, state_sync, callbacks, start,
-              started.cores, progress.steps)
+              started.cores, saves, progress.steps)
     if plan.checkpoint:
         restore_on_chief(plan, state, cfg)
     elif cfg.init_weights and cfg.elastic:
@@ -255,7 +258,7 @@ def _fit_phase(run: Run, phase: FitPhase, first_step: int, verbosity: int):
 def _fit_elastically(run: Run, verbose: int | None) -> None:
     elastic_state = comm.ElasticState(elastic_variables(run.model, run.state_sync),
                                       progress=run.progress.saved())
-    run.callbacks.add_elastic_commit(elastic_state, run.cfg.elastic_commit_every, run.progress)
+    run.callbacks.add_elastic_commit(elastic_state, run.saves, run.progress)
 
     @comm.elastic_run
     def fit_with_current_workers(elastic_state):
