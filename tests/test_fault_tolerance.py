@@ -529,8 +529,9 @@ def test_killed_during_frequent_saves_leaves_only_whole_checkpoints(tmp_path, id
 def test_non_finite_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_path, idx_dataset_dir):
     out = tmp_path / "run"
     result = subprocess.run(
-        _train_command(idx_dataset_dir, out, "--base-lr", "1e9", "--warmup-epochs", "0",
-                       "--checkpoint-every", "1", "--steps-per-epoch", "30", workers=1),
+        _train_command(idx_dataset_dir, out, "--base-lr", "1e9", "--max-lr", "0",
+                       "--warmup-epochs", "0", "--checkpoint-every", "1", "--steps-per-epoch",
+                       "30", workers=1),
         capture_output=True, text=True, env=_env(), timeout=300)
     assert result.returncode == 4, result.stderr[-3000:]
     message = result.stderr.strip().splitlines()[-1]
