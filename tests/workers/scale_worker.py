@@ -13,23 +13,24 @@ import time
 
 STARTED = time.time()  # before TensorFlow's import, the bulk of a worker's start-up
 
-from hvdtrain.host_capacity import check_this_host  # noqa: E402
-from hvdtrain.machine_share import MachineShare  # noqa: E402
-
-# Where `hvdtrain train` checks: before TensorFlow (its start_worker does more before the
-# import ends: the cores and Horovod; here the import's end is timed on its own).
-check_this_host(MachineShare.from_environ())
-
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+
+from hvdtrain.config import load_config  # noqa: E402
+from hvdtrain.training.start import start_worker  # noqa: E402
+
+# As `hvdtrain train` starts a worker: the host check before TensorFlow, then the cores,
+# Horovod and the devices (`start_worker`, which the run below reuses rather than repeats,
+# so rank 0 warns once); the import's end below is timed after all of that.
+CONFIG = load_config(None, json.loads(sys.argv[2]))
+start_worker(CONFIG)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hvdtrain import comm  # noqa: E402
-from hvdtrain.config import load_config  # noqa: E402
 from hvdtrain.training.runner import train  # noqa: E402
 
 IMPORTED = time.time()
@@ -67,10 +68,10 @@ class FirstStep(keras.callbacks.Callback):
             self.ended = time.time()
 
 
-def main(results_dir: str, config_json: str) -> None:
+def main(results_dir: str) -> None:
     rss_imported = memory_kib("VmRSS")
     first = FirstStep()
-    result = train(load_config(None, json.loads(config_json)), extra_callbacks=(first,))
+    result = train(CONFIG, extra_callbacks=(first,))
     rank = comm.rank()
     report = {
         "rank": rank, "workers": comm.size(), "local_size": comm.local_size(),
@@ -95,4 +96,4 @@ def main(results_dir: str, config_json: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main(sys.argv[1])
