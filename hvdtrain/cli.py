@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from hvdtrain import __version__, quiet
-from hvdtrain.benchmarks import bench as model_bench, experiments, learning_curves, predict
+from hvdtrain.benchmarks import bench as model_bench, compare, experiments, learning_curves, predict
 from hvdtrain.cluster import command as cluster
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.config_options import add_config_options
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_bench.add_parser(commands)
     experiments.add_parser(commands)
     learning_curves.add_parser(commands)
+    compare.add_parser(commands)
     predict.add_parser(commands)
     cluster.add_parser(commands)
     _accept_verbose_after_the_command(commands)

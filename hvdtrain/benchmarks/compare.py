@@ -1,0 +1,150 @@
+"""`hvdtrain compare`: settings of finished runs side by side, each over its seeds.
+
+A setting is every run folder whose name differs only in a trailing `-s<seed>`, the
+names `hvdtrain sweep --seeds` gives. The table holds, per setting, the mean test
+accuracy with the half-width of its 95% interval (Student's t, `hvdtrain.stats`), the
+lowest run, and the bytes a worker sent and the wall time, each a mean over the runs;
+with `--reference`, bytes as a share of that setting's too. A run that stopped before
+its summary (the divergence guard, a crash) has no accuracy: it is counted as stopped,
+not averaged, so a setting that lost a seed shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+
+from hvdtrain.errors import ConfigError, DataError
+from hvdtrain.files import write_csv
+from hvdtrain.stats import mean_ci95
+
+SEED_NAME = re.compile(r"^(?P<setting>.+)-s(?P<seed>\d+)$")
+COLUMNS = ("setting", "runs", "stopped", "seeds", "test_accuracy_mean", "test_accuracy_ci95",
+           "test_accuracy_min", "bytes_per_worker", "bytes_share", "wall_seconds")
+
+
+def setting_of(name: str) -> tuple[str, int | None]:
+    """'w8-local-s3' -> ('w8-local', 3); a name without a seed is a setting of its own."""
+    match = SEED_NAME.match(name)
+    return (match["setting"], int(match["seed"])) if match else (name, None)
+
+
+def summarize(runs: list[dict], reference: str | None = None) -> list[dict]:
+    """One row per setting, in the order of its first run. `runs` holds each run's
+    `name` and its summary.json (None when the run stopped before writing one)."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(setting_of(run["name"])[0], []).append(run)
+    rows = [_row(setting, members) for setting, members in groups.items()]
+    if reference is not None:
+        _add_shares(rows, reference)
+    return rows
+
+
+def _row(setting: str, members: list[dict]) -> dict:
+    done = [m["summary"] for m in members if m["summary"] is not None]
+    row = {"setting": setting, "runs": len(members), "stopped": len(members) - len(done),
+           "seeds": " ".join(str(setting_of(m["name"])[1]) for m in members
+                             if setting_of(m["name"])[1] is not None),
+           "bytes_share": None}
+    if not done:
+        return {**row, **dict.fromkeys(COLUMNS[4:9])}
+    accuracy = [100.0 * s["test_accuracy"] for s in done]
+    mean, half = mean_ci95(accuracy)
+    return {**row, "test_accuracy_mean": mean, "test_accuracy_ci95": half,
+            "test_accuracy_min": min(accuracy),
+            "bytes_per_worker": _mean(s.get("bytes_allreduced", 0) for s in done),
+            "wall_seconds": _mean(s.get("wall_seconds", 0.0) for s in done)}
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _add_shares(rows: list[dict], reference: str) -> None:
+    base = next((r for r in rows if r["setting"] == reference), None)
+    if base is None:
+        raise ConfigError(f"--reference {reference} is not one of the settings: "
+                          f"{', '.join(r['setting'] for r in rows)}")
+    if not base["bytes_per_worker"]:
+        raise ConfigError(f"--reference {reference} has no bytes to compare with")
+    for row in rows:
+        if row["bytes_per_worker"] is not None:
+            row["bytes_share"] = row["bytes_per_worker"] / base["bytes_per_worker"]
+
+
+def markdown(rows: list[dict]) -> str:
+    """The table as Markdown, accuracy in percent, bytes in MB."""
+    lines = ["| setting | runs | test accuracy % (95% CI) | lowest | MB a worker sent "
+             "| share of bytes | wall s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        runs = f"{r['runs']}" + (f" ({r['stopped']} stopped)" if r["stopped"] else "")
+        if r["test_accuracy_mean"] is None:
+            lines.append(f"| {r['setting']} | {runs} | | | | | |")
+            continue
+        share = "" if r["bytes_share"] is None else f"{r['bytes_share']:.2f}"
+        lines.append(f"| {r['setting']} | {runs} | {r['test_accuracy_mean']:.2f} ± "
+                     f"{r['test_accuracy_ci95']:.2f} | {r['test_accuracy_min']:.2f} | "
+                     f"{r['bytes_per_worker'] / 1e6:.1f} | {share} | {r['wall_seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def load_runs(paths: list[str]) -> list[dict]:
+    """Each run folder named, or each run folder inside a folder named (a sweep's
+    runs/ too): its name and its summary (None if it has none)."""
+    runs = []
+    for folder in _run_folders(paths):
+        summary_path = os.path.join(folder, "summary.json")
+        summary = None
+        if os.path.isfile(summary_path):
+            with open(summary_path) as f:
+                summary = json.load(f)
+        runs.append({"name": os.path.basename(os.path.normpath(folder)), "summary": summary})
+    return runs
+
+
+def _is_run(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "config.yaml"))
+
+
+def _run_folders(paths: list[str]) -> list[str]:
+    folders = []
+    for path in paths:
+        if not os.path.isdir(path):
+            raise DataError(f"run folder not found: {path}")
+        if _is_run(path):
+            folders.append(path)
+            continue
+        inner = os.path.join(path, "runs")
+        parent = inner if os.path.isdir(inner) else path
+        folders += sorted(os.path.join(parent, name) for name in os.listdir(parent)
+                          if _is_run(os.path.join(parent, name)))
+    if not folders:
+        raise DataError(f"no run folders (with a config.yaml) in {', '.join(paths)}")
+    return folders
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "compare", help="settings of finished runs side by side, each over its seeds",
+        description=__doc__.split("\n\n")[1].replace("\n", " "))
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_FOLDER",
+                        help="run folders of hvdtrain train, or folders holding them (a "
+                             "sweep folder stands for its runs/)")
+    parser.add_argument("--reference", default=None, metavar="SETTING",
+                        help="a setting whose bytes a worker sent the others are shown as "
+                             "a share of (e.g. a sync run's) (default: no share column)")
+    parser.add_argument("--csv", default=None, metavar="FILE.csv",
+                        help="also write the table as CSV, bytes in bytes (default: none)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = summarize(load_runs(args.runs), args.reference)
+    print(markdown(rows), end="", flush=True)
+    if args.csv:
+        write_csv(args.csv, rows, COLUMNS)
+    return 0

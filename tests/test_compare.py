@@ -1,0 +1,81 @@
+"""`hvdtrain compare`: settings over their seeds, from run folders as `hvdtrain train` leaves them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from hvdtrain.benchmarks.compare import setting_of, summarize
+from hvdtrain.cli import main
+from hvdtrain.stats import mean_ci95
+
+
+def _run(name, accuracy=None, sent=0, wall=10.0):
+    summary = None if accuracy is None else {"test_accuracy": accuracy, "bytes_allreduced": sent,
+                                             "wall_seconds": wall}
+    return {"name": name, "summary": summary}
+
+
+def test_the_seed_suffix_names_the_setting():
+    assert setting_of("w8-local-s3") == ("w8-local", 3)
+    assert setting_of("w8-local-s3x") == ("w8-local-s3x", None)
+    assert setting_of("docs-w16") == ("docs-w16", None)
+
+
+def test_a_setting_is_its_seeds_mean_with_the_t_interval_in_percent():
+    rows = summarize([_run("a-s1", 0.80, 100), _run("b-s1", 0.5, 50), _run("a-s2", 0.84, 300),
+                      _run("a-s3", 0.86, 200)])
+    assert [r["setting"] for r in rows] == ["a", "b"]
+    a = rows[0]
+    mean, half = mean_ci95([80.0, 84.0, 86.0])
+    assert a["test_accuracy_mean"] == pytest.approx(mean)
+    assert a["test_accuracy_ci95"] == pytest.approx(half)
+    assert a["test_accuracy_min"] == pytest.approx(80.0)
+    assert (a["runs"], a["stopped"], a["seeds"]) == (3, 0, "1 2 3")
+    assert a["bytes_per_worker"] == 200 and a["bytes_share"] is None
+
+
+def test_a_stopped_run_is_counted_not_averaged():
+    rows = summarize([_run("a-s1", 0.8), _run("a-s2"), _run("b-s1")])
+    assert (rows[0]["runs"], rows[0]["stopped"], rows[0]["test_accuracy_mean"]) == (2, 1, 80.0)
+    assert rows[1]["stopped"] == 1 and rows[1]["test_accuracy_mean"] is None
+
+
+def test_bytes_are_a_share_of_the_reference_settings():
+    rows = summarize([_run("sync-s1", 0.8, 400), _run("local-s1", 0.8, 100)], reference="sync")
+    assert [r["bytes_share"] for r in rows] == [1.0, 0.25]
+
+
+def _folder(root, name, accuracy):
+    run = root / name
+    run.mkdir()
+    (run / "config.yaml").write_text("epochs: 1\n")
+    if accuracy is not None:
+        (run / "summary.json").write_text(json.dumps(
+            {"test_accuracy": accuracy, "bytes_allreduced": 1000, "wall_seconds": 3.0}))
+
+
+def test_the_command_prints_the_table_and_writes_the_csv(tmp_path, capsys):
+    for name, accuracy in (("local-s1", 0.86), ("local-s2", 0.88), ("guarded-s1", None)):
+        _folder(tmp_path, name, accuracy)
+    (tmp_path / "notes").mkdir()  # not a run: no config.yaml
+    assert main(["compare", str(tmp_path), "--csv", str(tmp_path / "t.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "| local | 2 | 87.00 ± 12.71 | 86.00 | 0.0 |  | 3 |" in out
+    assert "| guarded | 1 (1 stopped) |" in out
+    rows = list(csv.DictReader(open(tmp_path / "t.csv")))
+    assert [r["setting"] for r in rows] == ["guarded", "local"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "{missing}"], "run folder not found"),
+    (["compare", "{root}", "--reference", "nope"], "--reference nope is not one of the settings"),
+])
+def test_bad_folders_and_references_are_one_line(tmp_path, capsys, argv, message):
+    _folder(tmp_path, "local-s1", 0.8)
+    argv = [a.format(missing=tmp_path / "missing", root=tmp_path) for a in argv]
+    assert main(argv) != 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
