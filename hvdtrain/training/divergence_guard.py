@@ -44,7 +44,12 @@ class DivergenceGuard(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         # A fit starts a new window (an elastic reset rolls back the steps since a commit).
         self._window_sum, self._window_steps = 0.0, 0
-        self._next_check = (self.progress.steps // WINDOW + 1) * WINDOW
+        self._next_check = self._first_check_after(self.progress.steps)
+
+    @staticmethod
+    def _first_check_after(steps: int) -> int:
+        # On the job's step count, a multiple of WINDOW, so every worker checks together.
+        return (steps // WINDOW + 1) * WINDOW
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_batches, self._epoch_sum = 0, 0.0
@@ -60,7 +65,7 @@ class DivergenceGuard(keras.callbacks.Callback):
         if self._own_first_loss is None:
             self._own_first_loss = float(loss)
         if not self.at_epoch_ends and self.progress.steps >= self._next_check:
-            self._next_check = (self.progress.steps // WINDOW + 1) * WINDOW
+            self._next_check = self._first_check_after(self.progress.steps)
             self.check(f"divergence_guard_{self.progress.steps}")
 
     def on_epoch_end(self, epoch, logs=None):
