@@ -286,12 +286,14 @@ def periods_for(n_syncs: list[int | str], workers: int, hosts: int = 1) -> list[
 
 def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:
     """Each row gains the target and when its run first reached it. With --seeds the
-    default target comes from the synchronous runs' mean over the seeds."""
+    default target comes from the synchronous runs' mean over the seeds; a worker count
+    without a sync run takes the one-worker run's."""
     finals: dict[tuple[int, str], list[float]] = {}
     for r in rows:
         if r["mode"] == "sync":
             finals.setdefault((r["workers"], r["mode"]), []).append(r["test_accuracy"])
-    targets = default_targets({key: sum(accs) / len(accs) for key, accs in finals.items()})
+    targets = default_targets({key: sum(accs) / len(accs) for key, accs in finals.items()},
+                              {r["workers"] for r in rows})
     for row, run_dir in zip(rows, run_dirs):
         goal = target if target is not None else targets.get(row["workers"])
         row.update(target_row(load_points(run_dir), goal))
