@@ -34,6 +34,14 @@ class RunFolderError(HvdtrainError):
     a full disk."""
 
 
+class TrainingDiverged(HvdtrainError):
+    """The loss or the weights stopped being finite, or the divergence guard saw the loss
+    blow up. Here, not beside the callbacks that raise it, so that a sweep driver can tell
+    its exit code from a failure's without importing TensorFlow."""
+
+    exit_code = 4
+
+
 class PeerLostError(HvdtrainError):
     """A collective failed because another worker died or left (a job without --elastic)."""
 

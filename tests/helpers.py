@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import struct
 
 import numpy as np
+import yaml
 
 from hvdtrain.data.idx import UBYTE_TYPE
 
@@ -74,6 +76,22 @@ def runs_on_learnable_data(root, runs: dict[str, dict]) -> list[dict]:
     return [{"name": name, "config": dict(cfg, data_dir=data_dir,
                                           out=os.path.join(str(root), f"run-{name}"))}
             for name, cfg in runs.items()]
+
+
+def finished_sweep_run(folder, seed, accuracy, workers=1):
+    """A run folder as `hvdtrain train` leaves it, so a sweep tabulates it untrained."""
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.yaml"), "w") as fh:
+        yaml.safe_dump({"mode": "sync", "n_sync": None, "warm_start_steps": 0, "seed": seed}, fh)
+    summary = {"workers": workers, "test_accuracy": accuracy, "wall_seconds": 3.0,
+               "images_per_sec": 100.0, "bytes_allreduced": 0, "averaging_rounds": 0,
+               "total_steps": 4, "examples_trained": 128}
+    with open(os.path.join(folder, "summary.json"), "w") as fh:
+        json.dump(summary, fh)
+    with open(os.path.join(folder, "steps.jsonl"), "w") as fh:
+        for step in range(1, 5):
+            fh.write(json.dumps({"step": step, "examples": 32 * step, "loss": 1.0,
+                                 "error": 0.5, "wall_seconds": 0.5 * step}) + "\n")
 
 
 def weights_in_file(path) -> dict[str, np.ndarray]:

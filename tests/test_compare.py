@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from hvdtrain.benchmarks.compare import setting_of, summarize
+from hvdtrain.benchmarks.compare import load_runs, markdown, setting_of, summarize
+from hvdtrain.benchmarks.diverged_runs import mark_diverged
 from hvdtrain.cli import main
 from hvdtrain.stats import mean_ci95
 
@@ -67,6 +68,18 @@ def test_the_command_prints_the_table_and_writes_the_csv(tmp_path, capsys):
     assert "| guarded | 1 (1 stopped) |" in out
     rows = list(csv.DictReader(open(tmp_path / "t.csv")))
     assert [r["setting"] for r in rows] == ["guarded", "local"]
+
+
+def test_a_run_the_sweep_recorded_as_diverged_is_counted_apart_from_a_stopped_one(tmp_path):
+    for name, accuracy in (("lr8-s1", 0.5), ("lr8-s2", None), ("lr8-s3", None)):
+        _folder(tmp_path, name, accuracy)
+    log = tmp_path / "lr8-s2.log"
+    log.write_text("[0]<stderr>:hvdtrain: error: training diverged at step 22: ...\n")
+    mark_diverged(str(tmp_path / "lr8-s2"), str(log))
+    (row,) = summarize(load_runs([str(tmp_path)]))
+    assert (row["runs"], row["diverged"], row["stopped"]) == (3, 1, 1)
+    assert row["test_accuracy_mean"] == pytest.approx(50.0)
+    assert "| lr8 | 3 (1 diverged, 1 stopped) | 50.00 ± 0.00 |" in markdown([row])
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -4,15 +4,15 @@ interval over the seeds (hvdtrain.benchmarks.seeds)."""
 import csv
 import json
 import math
-import os
 
 import pytest
-import yaml
 
 from hvdtrain.benchmarks.experiments import GridRun, grid, with_seeds
 from hvdtrain.benchmarks.seeds import parse_seeds, summarize_seeds
 from hvdtrain.cli import main
 from hvdtrain.errors import ConfigError
+
+from helpers import finished_sweep_run
 
 
 def test_every_setting_runs_once_per_seed_named_and_trained_with_it():
@@ -49,26 +49,10 @@ def test_the_summary_gives_each_setting_its_mean_and_t_interval_over_the_seeds()
     assert (one["runs"], one["test_accuracy_ci95"]) == (1, 0.0)
 
 
-def _finished_run(folder, seed, accuracy, workers=1):
-    """A run folder as `hvdtrain train` leaves it, so the sweep tabulates it untrained."""
-    os.makedirs(folder)
-    with open(os.path.join(folder, "config.yaml"), "w") as fh:
-        yaml.safe_dump({"mode": "sync", "n_sync": None, "warm_start_steps": 0, "seed": seed}, fh)
-    summary = {"workers": workers, "test_accuracy": accuracy, "wall_seconds": 3.0,
-               "images_per_sec": 100.0, "bytes_allreduced": 0, "averaging_rounds": 0,
-               "total_steps": 4, "examples_trained": 128}
-    with open(os.path.join(folder, "summary.json"), "w") as fh:
-        json.dump(summary, fh)
-    with open(os.path.join(folder, "steps.jsonl"), "w") as fh:
-        for step in range(1, 5):
-            fh.write(json.dumps({"step": step, "examples": 32 * step, "loss": 1.0,
-                                 "error": 0.5, "wall_seconds": 0.5 * step}) + "\n")
-
-
 def test_a_sweep_over_seeds_writes_the_settings_table(tmp_path, capsys):
     out = tmp_path / "sweep"
     for seed, accuracy in ((1, 0.80), (2, 0.84), (5, 0.82)):
-        _finished_run(str(out / "runs" / f"w1-s{seed}"), seed, accuracy)
+        finished_sweep_run(str(out / "runs" / f"w1-s{seed}"), seed, accuracy)
     assert main(["sweep", "--out", str(out), "--workers", "1", "--seeds", "1,2,5",
                  "--window", "2"]) == 0
     printed = capsys.readouterr().out

@@ -88,3 +88,15 @@ def test_the_sweep_grid_takes_sync_runs_and_adaptive_periods():
     assert parse_period_list("40/workers,10") == ["40/workers", 10]
     names = [r.name for r in grid([2, 4, 8], ["40/workers", 10], ["cold"])]
     assert names == ["w2-n20-cold", "w2-n10-cold", "w4-n10-cold", "w8-n5-cold", "w8-n10-cold"]
+
+
+def test_a_worker_count_without_a_sync_run_takes_the_one_worker_runs_target(tmp_path):
+    # As --target's help says; the sweep used to hand default_targets its sync runs
+    # alone, so a count with only local runs got no target at all.
+    one = _run_folder(str(tmp_path / "w1"), [], dict(SUMMARY, test_accuracy=0.88))
+    local = _run_folder(str(tmp_path / "w2-n10-cold"), [_eval(10, 2.0, 0.875)], SUMMARY)
+    rows = [{"name": "w1", "workers": 1, "mode": "sync", "test_accuracy": 0.88},
+            {"name": "w2-n10-cold", "workers": 2, "mode": "local", "test_accuracy": 0.87}]
+    add_time_to_target(rows, [one, local], None)
+    assert rows[1]["target"] == pytest.approx(0.87)
+    assert rows[1]["seconds_to_target"] == 2.0

@@ -4,9 +4,10 @@ A setting is every run folder whose name differs only in a trailing `-s<seed>`, 
 names `hvdtrain sweep --seeds` gives. The table holds, per setting, the mean test
 accuracy with the half-width of its 95% interval (Student's t, `hvdtrain.stats`), the
 lowest run, and the bytes a worker sent and the wall time, each a mean over the runs;
-with `--reference`, bytes as a share of that setting's too. A run that stopped before
-its summary (the divergence guard, a crash) has no accuracy: it is counted as stopped,
-not averaged, so a setting that lost a seed shows it.
+with `--reference`, bytes as a share of that setting's too. A run without a summary has
+no accuracy: it is counted, not averaged, so a setting that lost a seed shows it; as
+diverged when `hvdtrain sweep` recorded that the divergence guard stopped it
+(diverged.json), else as stopped (a crash, or a guard's stop outside a sweep).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import json
 import os
 import re
 
+from hvdtrain.benchmarks.diverged_runs import read_marker
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.files import write_csv
 from hvdtrain.stats import mean_ci95
 
 SEED_NAME = re.compile(r"^(?P<setting>.+)-s(?P<seed>\d+)$")
-COLUMNS = ("setting", "runs", "stopped", "seeds", "test_accuracy_mean", "test_accuracy_ci95",
-           "test_accuracy_min", "bytes_per_worker", "bytes_share", "wall_seconds")
+COLUMNS = ("setting", "runs", "stopped", "diverged", "seeds", "test_accuracy_mean",
+           "test_accuracy_ci95", "test_accuracy_min", "bytes_per_worker", "bytes_share",
+           "wall_seconds")
 
 
 def setting_of(name: str) -> tuple[str, int | None]:
@@ -33,7 +36,8 @@ def setting_of(name: str) -> tuple[str, int | None]:
 
 def summarize(runs: list[dict], reference: str | None = None) -> list[dict]:
     """One row per setting, in the order of its first run. `runs` holds each run's
-    `name` and its summary.json (None when the run stopped before writing one)."""
+    `name`, its summary.json (None when the run stopped before writing one) and
+    whether a sweep recorded it as `diverged`."""
     groups: dict[str, list[dict]] = {}
     for run in runs:
         groups.setdefault(setting_of(run["name"])[0], []).append(run)
@@ -45,12 +49,14 @@ def summarize(runs: list[dict], reference: str | None = None) -> list[dict]:
 
 def _row(setting: str, members: list[dict]) -> dict:
     done = [m["summary"] for m in members if m["summary"] is not None]
-    row = {"setting": setting, "runs": len(members), "stopped": len(members) - len(done),
+    diverged = sum(1 for m in members if m["summary"] is None and m.get("diverged"))
+    row = {"setting": setting, "runs": len(members), "diverged": diverged,
+           "stopped": len(members) - len(done) - diverged,
            "seeds": " ".join(str(setting_of(m["name"])[1]) for m in members
                              if setting_of(m["name"])[1] is not None),
            "bytes_share": None}
     if not done:
-        return {**row, **dict.fromkeys(COLUMNS[4:9])}
+        return {**row, **dict.fromkeys(COLUMNS[COLUMNS.index("test_accuracy_mean"):])}
     accuracy = [100.0 * s["test_accuracy"] for s in done]
     mean, half = mean_ci95(accuracy)
     return {**row, "test_accuracy_mean": mean, "test_accuracy_ci95": half,
@@ -81,7 +87,8 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| setting | runs | test accuracy % (95% CI) | lowest | MB a worker sent "
              "| share of bytes | wall s |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        runs = f"{r['runs']}" + (f" ({r['stopped']} stopped)" if r["stopped"] else "")
+        lost = [f"{r[k]} {k}" for k in ("diverged", "stopped") if r.get(k)]
+        runs = f"{r['runs']}" + (f" ({', '.join(lost)})" if lost else "")
         if r["test_accuracy_mean"] is None:
             lines.append(f"| {r['setting']} | {runs} | | | | | |")
             continue
@@ -102,7 +109,8 @@ def load_runs(paths: list[str]) -> list[dict]:
         if os.path.isfile(summary_path):
             with open(summary_path) as f:
                 summary = json.load(f)
-        runs.append({"name": os.path.basename(os.path.normpath(folder)), "summary": summary})
+        runs.append({"name": os.path.basename(os.path.normpath(folder)), "summary": summary,
+                     "diverged": read_marker(folder) is not None})
     return runs
 
 

@@ -11,7 +11,11 @@ reference, as is a synchronous run with more workers (--modes sync). With
 seed, and a second table gives each setting's mean accuracy over them with its 95%
 interval (`hvdtrain.benchmarks.seeds`). Every run is an ordinary `hvdtrain train` run
 folder under OUT/runs/; a sweep started again skips the runs that finished and resumes
-the one that stopped.
+the one that stopped. A run the divergence guard stopped (exit 4) is a row of its own,
+marked diverged at the step its one line names, with no accuracy (it reaches no target,
+and --seeds counts it instead of averaging it), and the sweep goes on; its folder gets
+diverged.json, so a sweep started again does not train it again (delete that file to
+retry it). Any other failed run stops the sweep with its one line.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import math
 import os
 from dataclasses import dataclass, replace
 
+from hvdtrain.benchmarks.diverged_runs import (DIVERGED, FINISHED, described, first_error,
+                                               is_divergence, is_diverged, mark_diverged,
+                                               read_marker)
 from hvdtrain.benchmarks.launching import run_job, tool
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
@@ -47,8 +54,8 @@ BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIO
 SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
                    "averaging_rounds", "total_steps")
 TARGET_COLUMNS = ("target", "seconds_to_target", "examples_to_target", "bytes_to_target")
-COLUMNS = ("name", "workers", "mode", "n_sync", "start", "seed", "final_training_error",
-           *SUMMARY_COLUMNS, *TARGET_COLUMNS)
+COLUMNS = ("name", "workers", "mode", "n_sync", "start", "seed", "status", "diverged_step",
+           "final_training_error", *SUMMARY_COLUMNS, *TARGET_COLUMNS, "diverged_reason")
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,8 @@ def add_parser(commands) -> None:
                              "seconds, examples and bytes each run needed to first reach it "
                              "(evaluations come from --eval-every, and the final one) "
                              "(default: the synchronous run's final accuracy minus one point, "
-                             "per worker count; the one-worker run's without one)")
+                             "per worker count; the one-worker run's without one; a run "
+                             "that diverged neither sets nor reaches it)")
     parser.add_argument("--start", default="cold,warm",
                         help="any of cold (local from the first step), warm (synchronous "
                              "steps first) and single (one worker's steps first, as in the "
@@ -181,24 +189,33 @@ def add_parser(commands) -> None:
 
 def _failure(run: GridRun, code: int, log_path: str) -> HvdtrainError:
     """The job's own one-line error, if it printed one, and where its log is."""
-    reason = ""
-    if os.path.isfile(log_path):
-        with open(log_path, encoding="utf-8", errors="replace") as fh:
-            errors = [line.split("hvdtrain: error: ", 1)[1].strip() for line in fh
-                      if "hvdtrain: error: " in line]
-        # The first error is the cause; the others are workers that lost it as a peer.
-        reason = f": {errors[0]}" if errors else ""
+    error = first_error(log_path)
+    reason = f": {error}" if error else ""
     return HvdtrainError(f"sweep run {run.run_name} failed (exit {code}){reason}; log: {log_path}")
+
+
+def _identity(run: GridRun, shared_seed: int) -> dict:
+    """What every row says of its run, finished or not."""
+    return {"name": run.run_name, "setting": run.name, "workers": run.workers,
+            "mode": run.mode if run.n_sync else "sync", "n_sync": run.n_sync or "",
+            "start": run.start, "seed": shared_seed if run.seed is None else run.seed}
 
 
 def _row(run: GridRun, run_dir: str, window: int, shared_seed: int) -> dict:
     summary = files.read_json(os.path.join(run_dir, run_folder.SUMMARY))
     curve = load_curve(run_dir)
-    return {"name": run.run_name, "setting": run.name, "workers": run.workers,
-            "mode": run.mode if run.n_sync else "sync", "n_sync": run.n_sync or "",
-            "start": run.start, "seed": shared_seed if run.seed is None else run.seed,
-            "final_training_error": sliding_mean(curve.error, window)[-1],
+    return {**_identity(run, shared_seed), "status": FINISHED, "diverged_step": "",
+            "diverged_reason": "", "final_training_error": sliding_mean(curve.error, window)[-1],
             **{k: summary[k] for k in SUMMARY_COLUMNS}}
+
+
+def _diverged_row(run: GridRun, marker: dict, shared_seed: int) -> dict:
+    """A run the guard stopped: its step and line, and blanks where a summary would be
+    (it wrote none, and its last logged steps are the blow-up, not a result)."""
+    step = marker.get("step")
+    return {**_identity(run, shared_seed), "status": DIVERGED,
+            "diverged_step": "" if step is None else step, "diverged_reason": marker["reason"],
+            "final_training_error": "", **dict.fromkeys(SUMMARY_COLUMNS, "")}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -232,18 +249,34 @@ def run(args: argparse.Namespace) -> int:
 
 def _train_or_skip(args: argparse.Namespace, grid_run: GridRun, number: int, count: int,
                    base_path: str, shared_seed: int) -> dict:
-    """The run's row: trained now unless an earlier sweep finished it."""
+    """The run's row: trained now unless an earlier sweep finished it or saw it diverge."""
     run_dir = os.path.join(args.out, "runs", grid_run.run_name)
-    if not os.path.exists(os.path.join(run_dir, run_folder.SUMMARY)):
-        log_path = run_dir + ".log"
-        print(f"hvdtrain: sweep run {number}/{count}: {grid_run.run_name}; log: {log_path}",
-              flush=True)
-        command = [tool("hvdtrain"), "train", "--config", base_path,
-                   *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
-        result = run_job(job_command(args, grid_run.workers, command), log_path)
-        if result.returncode != 0:
-            raise _failure(grid_run, result.returncode, log_path)
+    finished = os.path.exists(os.path.join(run_dir, run_folder.SUMMARY))
+    marker = None if finished else read_marker(run_dir)
+    if not finished and marker is None:
+        marker = _train(args, grid_run, f"{number}/{count}", base_path, run_dir)
+    if marker is not None:
+        return _diverged_row(grid_run, marker, shared_seed)
     return _row(grid_run, run_dir, args.window, shared_seed)
+
+
+def _train(args: argparse.Namespace, grid_run: GridRun, number: str, base_path: str,
+           run_dir: str) -> dict | None:
+    """Train the run: None once it finished, its diverged.json if the guard stopped it;
+    any other failure stops the sweep."""
+    log_path = run_dir + ".log"
+    print(f"hvdtrain: sweep run {number}: {grid_run.run_name}; log: {log_path}", flush=True)
+    command = [tool("hvdtrain"), "train", "--config", base_path,
+               *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
+    result = run_job(job_command(args, grid_run.workers, command), log_path)
+    if is_divergence(result.returncode):
+        marker = mark_diverged(run_dir, log_path)
+        print(f"hvdtrain: sweep run {grid_run.run_name} diverged ({marker['reason']}); "
+              f"the sweep goes on", flush=True)
+        return marker
+    if result.returncode != 0:
+        raise _failure(grid_run, result.returncode, log_path)
+    return None
 
 
 def _report(args: argparse.Namespace, base: TrainConfig, rows: list[dict],
@@ -258,11 +291,13 @@ def _report(args: argparse.Namespace, base: TrainConfig, rows: list[dict],
     files.write_json(os.path.join(args.out, "sweep.json"), report)
     files.write_csv(os.path.join(args.out, "sweep.csv"), rows, COLUMNS)
     targets = {row["target"] for row in rows if row["workers"] > 1 and row["target"] != ""}
-    plot_runs(run_dirs, args.out, args.window, targets.pop() if len(targets) == 1 else None)
+    plotted = plot_runs(run_dirs, args.out, args.window,
+                        targets.pop() if len(targets) == 1 else None)
     print(format_table(rows, args.window))
     if settings is not None:
         print(format_settings_table(settings))
-    print(f"hvdtrain: wrote sweep.json, sweep.csv and the plots in {args.out}", flush=True)
+    plots = " and the plots" if plotted else " (no run logged a step to plot)"
+    print(f"hvdtrain: wrote sweep.json, sweep.csv{plots} in {args.out}", flush=True)
 
 
 def parse_period_list(text: str) -> list[int | str]:
@@ -286,15 +321,19 @@ def periods_for(n_syncs: list[int | str], workers: int, hosts: int = 1) -> list[
 
 def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:
     """Each row gains the target and when its run first reached it. With --seeds the
-    default target comes from the synchronous runs' mean over the seeds."""
+    default target comes from the synchronous runs' mean over the seeds. A diverged run
+    never reached it: an evaluation on its way to the blow-up is not what the setting
+    trains to. Nor does it set the default: its count's target comes from the sync runs
+    that finished, or else, as for a count without a sync run, from the one-worker run."""
     finals: dict[tuple[int, str], list[float]] = {}
     for r in rows:
-        if r["mode"] == "sync":
+        if r["mode"] == "sync" and not is_diverged(r):
             finals.setdefault((r["workers"], r["mode"]), []).append(r["test_accuracy"])
-    targets = default_targets({key: sum(accs) / len(accs) for key, accs in finals.items()})
+    targets = default_targets({key: sum(accs) / len(accs) for key, accs in finals.items()},
+                              {r["workers"] for r in rows})
     for row, run_dir in zip(rows, run_dirs):
         goal = target if target is not None else targets.get(row["workers"])
-        row.update(target_row(load_points(run_dir), goal))
+        row.update(target_row([] if is_diverged(row) else load_points(run_dir), goal))
 
 
 def _or_dash(value, form: str) -> str:
@@ -308,11 +347,19 @@ def format_table(rows: list[dict], window: int) -> str:
     for r in rows:
         mb_to_target = "" if r["bytes_to_target"] == "" else r["bytes_to_target"] / 1e6
         lines.append(f"| {r['name']} | {r['workers']} | {r['n_sync'] or '–'} | {r['start']} | "
-                     f"{r['test_accuracy']:.2%} | {r['final_training_error']:.2%} | "
-                     f"{r['wall_seconds']:.0f} | {r['bytes_allreduced'] / 1e6:.1f} | "
+                     f"{_result_cells(r)} | "
                      f"{_or_dash(r['target'], '.2%')} | {_or_dash(r['seconds_to_target'], '.0f')} | "
                      f"{_or_dash(r['examples_to_target'], 'd')} | {_or_dash(mb_to_target, '.1f')} |")
     return "\n".join(lines)
+
+
+def _result_cells(r: dict) -> str:
+    """Test accuracy, training error, wall seconds and MB: where a diverged run stopped
+    instead, since it has none of them."""
+    if is_diverged(r):
+        return f"{described(r.get('diverged_step'))} | – | – | –"
+    return (f"{r['test_accuracy']:.2%} | {r['final_training_error']:.2%} | "
+            f"{r['wall_seconds']:.0f} | {r['bytes_allreduced'] / 1e6:.1f}")
 
 
 def _option_at(name: str, value) -> list[str]:

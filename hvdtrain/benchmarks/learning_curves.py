@@ -8,7 +8,9 @@ single (one-worker) starts get a panel each; a one-worker run, which has no loca
 phase, appears in every panel as the reference. Test accuracy is drawn against wall
 time, one line per run, from the evaluations `--eval-every` logs and the final one
 (`hvdtrain.benchmarks.time_to_accuracy`). Every PNG comes with the CSV table it was
-drawn from.
+drawn from. A run a sweep recorded as diverged (`hvdtrain.benchmarks.diverged_runs`) is
+drawn up to its last logged step and labelled so; steps.jsonl is written at epoch ends,
+so one that diverged in its first epoch has no curve and is left out, with a note.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from hvdtrain.benchmarks.diverged_runs import described, read_marker
 from hvdtrain.benchmarks.time_to_accuracy import accuracy_rows, draw_accuracy, load_points
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.periods import LOCAL_MODES, period_label
@@ -53,6 +56,7 @@ class Curve:
     warm_start_steps: int
     warm_start: str = "sync"
     hierarchical: bool = False  # --hierarchical-sgd: a host's workers average every step
+    diverged: str = ""  # "diverged at step N" for a run a sweep recorded as diverged
     step: list[int] = field(default_factory=list)
     wall_seconds: list[float] = field(default_factory=list)
     error: list[float] = field(default_factory=list)
@@ -70,11 +74,12 @@ class Curve:
     @property
     def label(self) -> str:
         if self.workers == 1:
-            return "1 worker"
+            return f"1 worker ({self.diverged})" if self.diverged else "1 worker"
         what = {"local": f"n_sync {self.n_sync}", "async": f"async, n_sync {self.n_sync}"}.get(
             self.mode, "sync")
         # Flat and hierarchical runs of one period sit side by side in a sweep's plots.
-        return f"{self.workers} workers, {'hierarchical, ' if self.hierarchical else ''}{what}"
+        label = f"{self.workers} workers, {'hierarchical, ' if self.hierarchical else ''}{what}"
+        return f"{label} ({self.diverged})" if self.diverged else label
 
     @property
     def long_label(self) -> str:
@@ -99,10 +104,12 @@ def load_curve(run_dir: str) -> Curve:
     local = config.get("mode") in LOCAL_MODES
     # Sync runs save no period: 1. An N/hosts period needs the summary's host count.
     period = period_label(config.get("n_sync") or 1, int(workers), int(summary.get("hosts", 1)))
+    marker = read_marker(run_dir)
     curve = Curve(os.path.basename(os.path.normpath(run_dir)), int(workers),
                   config.get("mode", "sync"), period,
                   int(config.get("warm_start_steps", 0)) if local else 0,
-                  str(config.get("warm_start", "sync")), bool(config.get("hierarchical_sgd")))
+                  str(config.get("warm_start", "sync")), bool(config.get("hierarchical_sgd")),
+                  described(marker.get("step")) if marker else "")
     # An elastic job that lost a worker right after writing some steps runs them again:
     # the later record of a step wins.
     by_step: dict[int, tuple[float, float, int | None]] = {}
@@ -243,7 +250,9 @@ def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW,
     """The plots and their tables for these run folders; returns the files written."""
     if window <= 0:
         raise ConfigError(f"--window must be a positive number of minibatches, got {window}")
-    curves = [load_curve(folder) for folder in folders]
+    curves = _curves(folders)
+    if not curves:
+        return []
     os.makedirs(out, exist_ok=True)
     written = []
     for axis in AXES:
@@ -254,6 +263,23 @@ def plot_runs(folders: list[str], out: str, window: int = PAPER_WINDOW,
         draw(curves, window, axis, stem + ".png")
         written += [stem + ".png", stem + ".csv"]
     return written + plot_accuracy(curves, folders, out, target)
+
+
+def _curves(folders: list[str]) -> list[Curve]:
+    """The folders' curves, less those of runs that diverged before they logged a step
+    (each named in a note); any other folder without steps is an error."""
+    curves = []
+    for folder in folders:
+        try:
+            curves.append(load_curve(folder))
+        except DataError:
+            marker = read_marker(folder)
+            if marker is None:
+                raise
+            print(f"hvdtrain: note: {os.path.basename(os.path.normpath(folder))} "
+                  f"{described(marker.get('step'))} before its first logged step (steps.jsonl "
+                  f"is written at epoch ends); left out of the plots", flush=True)
+    return curves
 
 
 def add_parser(commands) -> None:
@@ -272,5 +298,7 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     written = plot_runs(run_folders(args.runs), args.out or args.runs[0], args.window)
+    if not written:
+        raise DataError(f"no run in {', '.join(args.runs)} logged a step to plot")
     print("hvdtrain: wrote " + ", ".join(written), flush=True)
     return 0

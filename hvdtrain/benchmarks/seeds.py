@@ -5,16 +5,22 @@ start). One run's accuracy carries the noise of its initial weights, shuffles an
 dropout; the differences the sweeps measure (sync 2.9 points behind local SGD at a
 global batch of 512) need the spread over seeds to be read: the mean test accuracy,
 and the half-width of its 95% interval from Student's t (`hvdtrain.stats.mean_ci95`).
+A run the divergence guard stopped has no accuracy to average: the setting counts it as
+diverged, and its mean and interval are over the runs that finished. Chance accuracy in
+its place would drag the mean down by tens of points and widen the interval past
+reading; leaving it out unmarked would make a setting that diverges at one seed in three
+look as sound as one that never does. The count says which it is.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from hvdtrain.benchmarks.diverged_runs import is_diverged
 from hvdtrain.errors import ConfigError
 from hvdtrain.stats import mean_ci95
 
-SETTING_COLUMNS = ("setting", "workers", "mode", "n_sync", "start", "seeds", "runs",
+SETTING_COLUMNS = ("setting", "workers", "mode", "n_sync", "start", "seeds", "runs", "diverged",
                    "test_accuracy_mean", "test_accuracy_ci95")
 
 
@@ -23,7 +29,10 @@ def add_seeds_option(parser: argparse.ArgumentParser) -> None:
                         help="run every setting once per seed (1,2,3), each with --seed N, "
                              "named <setting>-sN; a second table (sweep-settings.csv, "
                              "\"settings\" in sweep.json) gives each setting's mean test "
-                             "accuracy over the seeds and its 95%% interval (Student's t) "
+                             "accuracy over the seeds and its 95%% interval (Student's t); "
+                             "a seed whose run diverged is counted in its \"diverged\" "
+                             "column, not averaged: the mean and interval are over the "
+                             "runs that finished, blank if none did "
                              "(default: one run per setting, with --seed)")
 
 
@@ -45,29 +54,42 @@ def seed_suffix(seed: int | None) -> str:
 
 
 def summarize_seeds(rows: list[dict]) -> list[dict]:
-    """One row per setting, in the order of its first run: its seeds, and the mean test
-    accuracy over them with the half-width of its 95% interval (0 for one seed)."""
+    """One row per setting, in the order of its first run: its seeds, how many of its
+    runs diverged, and the mean test accuracy of the others with the half-width of its
+    95% interval (0 for one run; both blank when every run diverged)."""
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["setting"], []).append(row)
     settings = []
     for setting, runs in groups.items():
-        mean, half_width = mean_ci95([run["test_accuracy"] for run in runs])
+        finished = [run["test_accuracy"] for run in runs if not is_diverged(run)]
+        mean, half_width = mean_ci95(finished) if finished else ("", "")
         first = runs[0]
         settings.append({
             "setting": setting, "workers": first["workers"], "mode": first["mode"],
             "n_sync": first["n_sync"], "start": first["start"],
             "seeds": " ".join(str(run["seed"]) for run in runs), "runs": len(runs),
+            "diverged": len(runs) - len(finished),
             "test_accuracy_mean": mean, "test_accuracy_ci95": half_width})
     return settings
 
 
 def format_settings_table(settings: list[dict]) -> str:
-    """The settings as a Markdown table: mean test accuracy ± its 95% interval."""
+    """The settings as a Markdown table: mean test accuracy ± its 95% interval, and how
+    many runs diverged where any did."""
     lines = ["| setting | workers | n_sync | start | seeds | test accuracy (mean ± 95% CI) |",
              "|" + "---|" * 6]
     for s in settings:
         lines.append(f"| {s['setting']} | {s['workers']} | {s['n_sync'] or '–'} | {s['start']} | "
-                     f"{s['seeds']} | {s['test_accuracy_mean']:.2%} ± "
-                     f"{s['test_accuracy_ci95']:.2%} |")
+                     f"{s['seeds']} | {_accuracy_cell(s)} |")
     return "\n".join(lines)
+
+
+def _accuracy_cell(s: dict) -> str:
+    diverged, runs = s.get("diverged", 0), s["runs"]
+    if diverged == runs:
+        return "diverged" if runs == 1 else f"all {runs} diverged"
+    cell = f"{s['test_accuracy_mean']:.2%} ± {s['test_accuracy_ci95']:.2%}"
+    if diverged:
+        cell += f" ({diverged} of {runs} diverged; mean of the {runs - diverged} that finished)"
+    return cell

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
+from typing import Iterable
 
 from hvdtrain import files
 from hvdtrain.training import run_folder
@@ -55,13 +56,15 @@ def target_row(points: list[AccuracyPoint], target: float | None) -> dict:
             "bytes_to_target": reached.bytes_allreduced if reached else ""}
 
 
-def default_targets(finals: dict[tuple[int, str], float]) -> dict[int, float]:
+def default_targets(finals: dict[tuple[int, str], float],
+                    counts: Iterable[int] = ()) -> dict[int, float]:
     """Per worker count, sync's final accuracy minus one point: from the synchronous run
     with that many workers, else from the one-worker run. `finals` maps (workers, mode)
-    to a run's final accuracy."""
+    to a run's final accuracy; `counts` are more worker counts to cover, those whose runs
+    have no final accuracy of their own there."""
     one_worker = next((acc for (workers, _), acc in finals.items() if workers == 1), None)
     targets = {}
-    for workers in {w for w, _ in finals}:
+    for workers in {w for w, _ in finals} | set(counts):
         reference = finals.get((workers, "sync"), one_worker)
         if reference is not None:
             targets[workers] = reference - 0.01

@@ -14,18 +14,12 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm, files
-from hvdtrain.errors import HvdtrainError
+from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.state import current_learning_rate, set_optimizer_step
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.save_plan import SavePlan
 from hvdtrain.stats import per_batch_values
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
-
-
-class TrainingDiverged(HvdtrainError):
-    """The loss or the weights stopped being finite."""
-
-    exit_code = 4
 
 
 class CountProgress(keras.callbacks.Callback):

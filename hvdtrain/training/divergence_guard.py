@@ -16,9 +16,9 @@ import keras
 from hvdtrain import comm
 from hvdtrain.divergence import (WINDOW, LossHistory, agree, divergence_message, reason_to_stop,
                                  shares)
+from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.schedule import peak_learning_rate
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.training.callbacks import TrainingDiverged
 
 
 class DivergenceGuard(keras.callbacks.Callback):
