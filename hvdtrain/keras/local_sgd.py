@@ -34,7 +34,7 @@ from typing import Callable
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
+from hvdtrain.config import OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -77,6 +77,13 @@ class LocalSGD(keras.callbacks.Callback):
       outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov".
       outer_lr, outer_momentum: alpha and beta of the outer update.
       broadcast_initial_state: start every worker from rank 0's state.
+      fp16_allreduce: rounds send each value's change since the last round, in a float16
+        allreduce.
+      round_compression: "none", or "fp16" or "int8": rounds send each worker's change
+        since the last round plus what its last round's encoding cut off (error feedback),
+        through an alltoall and an allgather, so every worker ends a round with the same
+        bits (`hvdtrain.keras.compressed_rounds`). int8 moves about a quarter of float32's
+        bytes. Not with `fp16_allreduce`.
       overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
         `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
         progress since the round began, and waits only when a round outlasts the
@@ -153,10 +160,12 @@ class LocalSGD(keras.callbacks.Callback):
                  batch_size: int | None = None, epoch_examples: int | None = None,
                  saves: SavePlan | None = None, hierarchical: bool = False,
                  epoch_rounds: bool = True, run_epochs: int | None = None,
+                 round_compression: str = "none",
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
         period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
+        _check_compression(round_compression, fp16_allreduce)
         _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
                            warm_start_steps, epoch_rounds)
         if sync_seconds is not None:
@@ -171,7 +180,8 @@ class LocalSGD(keras.callbacks.Callback):
         # What a round averages, made by `attach` once the model is known.
         self._averager_for = functools.partial(
             ModelStateAverager, trainable=True, statistics=average_bn_stats,
-            optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce)
+            optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce,
+            compression=round_compression)
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
@@ -495,6 +505,15 @@ def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) ->
         raise ArgumentError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
     if outer_optimizer not in OUTER_OPTIMIZERS:
         raise ArgumentError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
+
+
+def _check_compression(round_compression: str, fp16_allreduce: bool) -> None:
+    if round_compression not in ROUND_COMPRESSIONS:
+        raise ArgumentError(f"round_compression must be one of {ROUND_COMPRESSIONS}, "
+                            f"got {round_compression!r}")
+    if fp16_allreduce and round_compression != "none":
+        raise ArgumentError(f"LocalSGD takes fp16_allreduce or round_compression, got "
+                            f"fp16_allreduce=True and round_compression={round_compression!r}")
 
 
 def _check_timed(batch_size, epoch_examples) -> None:
