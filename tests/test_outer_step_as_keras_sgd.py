@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from hvdtrain import comm
 from hvdtrain.averaging import outer_step
+from hvdtrain.keras.state import ModelStateAverager, OuterOptimizer, build_optimizer
 
 # Exact in float32, where Keras keeps its rate and momentum.
 ALPHA, BETA = 0.75, 0.875
@@ -58,3 +60,31 @@ def test_when_the_inner_rate_changes_slowmo_rescales_its_past_momentum_and_keras
     # Keras's SGD is SlowMo at a fixed rate, whatever the rates were.
     np.testing.assert_allclose(keras_sgd(rates, nesterov), slowmo([1.0] * 8, nesterov),
                                rtol=0, atol=1e-12)
+
+
+def one_weight_model() -> keras.Model:
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(5, use_bias=False)])
+    model.compile(keras.optimizers.SGD(0.05), "mse")  # a fixed inner rate
+    build_optimizer(model)
+    model.trainable_variables[0].assign(np.ones((1, 5)))
+    return model
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_a_keras_optimizer_as_the_outer_one_takes_slowmos_rounds_at_a_fixed_inner_rate(nesterov):
+    comm.init()  # one worker: x̄ is the worker's own weights
+    ends = []
+    for outer in (OuterOptimizer(ALPHA, BETA, nesterov),
+                  keras.optimizers.SGD(ALPHA, momentum=BETA, nesterov=nesterov)):
+        model = one_weight_model()
+        averager = ModelStateAverager(model, outer=outer)
+        averager.reset_anchor()
+        (weight,) = model.trainable_variables
+        for change in pseudo_gradients(6):
+            weight.assign(weight - change.reshape(1, 5).astype(np.float32))
+            averager.average()
+        ends.append(weight.numpy())
+        # What a checkpoint keeps of the outer step: SlowMo's buffer, or Keras's momentum.
+        assert len(averager.outer_state) == (1 if isinstance(outer, OuterOptimizer) else 3)
+    np.testing.assert_allclose(ends[1], ends[0], rtol=0, atol=1e-6)
+    assert np.abs(ends[0] - 1).max() > 0.01

@@ -74,8 +74,11 @@ class LocalSGD(keras.callbacks.Callback):
         worker and no communication per step.
       average_bn_stats: also average non-trainable float variables.
       average_optimizer_state: also average optimizer slots.
-      outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov".
-      outer_lr, outer_momentum: alpha and beta of the outer update.
+      outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov"; or a Keras
+        optimizer of your own, which steps on the averaged pseudo-gradient x0 − x̄ with its
+        own rate (as torchft's DiLoCo; `keras.optimizers.SGD(alpha, beta, nesterov=...)`
+        is SlowMo or Nesterov at a fixed inner rate, `hvdtrain.keras.state.OuterOptimizer`).
+      outer_lr, outer_momentum: alpha and beta of the named outer updates.
       broadcast_initial_state: start every worker from rank 0's state.
       fp16_allreduce: rounds send each value's change since the last round, in a float16
         allreduce.
@@ -152,7 +155,8 @@ class LocalSGD(keras.callbacks.Callback):
 
     def __init__(self, n_sync: int | str | None = None, warm_start_steps: int = 0,
                  average_bn_stats: bool = True,
-                 average_optimizer_state: bool = False, outer_optimizer: str = "none",
+                 average_optimizer_state: bool = False,
+                 outer_optimizer: str | keras.optimizers.Optimizer = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
                  warm_start: str = "sync", progress: TrainingProgress | None = None,
@@ -175,8 +179,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.broadcast_initial_state = broadcast_initial_state
         self.batch_size = batch_size
         self.overlap = overlap
-        outer = None if outer_optimizer == "none" else OuterOptimizer(
-            outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
+        outer = _outer(outer_optimizer, outer_lr, outer_momentum)
         # What a round averages, made by `attach` once the model is known.
         self._averager_for = functools.partial(
             ModelStateAverager, trainable=True, statistics=average_bn_stats,
@@ -260,8 +263,8 @@ class LocalSGD(keras.callbacks.Callback):
         and the adaptive period's schedule. (SlowMo's x0 is not among them: every save is
         a round, after which x0 is the model itself.)"""
         kept = {}
-        if self.averager is not None and self.averager.buffers:
-            kept["outer_momentum"] = list(self.averager.buffers)
+        if self.averager is not None and self.averager.outer_state:
+            kept["outer_momentum"] = self.averager.outer_state
         if self.adaptive is not None:
             kept["round_schedule"] = [self.adaptive.kept]
         return kept
@@ -497,13 +500,23 @@ def _ended_on_own_data(epoch: int, examples: int, epoch_end: int) -> ArgumentErr
         "data (dataset.repeat()) and no steps_per_epoch")
 
 
-def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) -> None:
+def _outer(outer_optimizer, outer_lr: float, outer_momentum: float):
+    """The outer step: None (plain averaging), SlowMo's or Nesterov's, or a Keras optimizer."""
+    if isinstance(outer_optimizer, keras.optimizers.Optimizer):
+        return outer_optimizer
+    if outer_optimizer == "none":
+        return None
+    return OuterOptimizer(outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
+
+
+def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer) -> None:
     if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
             or warm_start_steps < 0:
         raise ArgumentError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
     if warm_start not in WARM_STARTS:
         raise ArgumentError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
-    if outer_optimizer not in OUTER_OPTIMIZERS:
+    if not isinstance(outer_optimizer, keras.optimizers.Optimizer) and \
+            outer_optimizer not in OUTER_OPTIMIZERS:
         raise ArgumentError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
 
 

@@ -154,7 +154,14 @@ def current_learning_rate(optimizer) -> tf.Tensor:
 
 @dataclass(frozen=True)
 class OuterOptimizer:
-    """Update applied to the averaged weights: SlowMo, or Nesterov as in DiLoCo."""
+    """Update applied to the averaged weights: SlowMo, or Nesterov as in DiLoCo.
+
+    A Keras optimizer may stand in its place (`ModelStateAverager(outer=...)`): it takes a
+    step on the averaged pseudo-gradient x0 − x̄, as torchft's DiLoCo takes torch.optim.SGD's.
+    `keras.optimizers.SGD(lr, momentum, nesterov)` is this update while the inner rate stays
+    the same; when it changes, SlowMo scales its past momentum by the new rate over the old
+    and Keras does not (tests/test_outer_step_as_keras_sgd.py).
+    """
 
     lr: float = 1.0
     momentum: float = 0.0
@@ -188,10 +195,14 @@ class ModelStateAverager:
         self.fp16_allreduce = fp16_allreduce
         self.anchor = self.buffers = None
         if self.outer is not None:
-            # x0 (the weights after the last round) and the outer momentum buffer u.
+            # x0 (the weights after the last round) and the outer momentum buffer u (a
+            # Keras optimizer keeps its own).
             self.anchor = _copies(self.weights)
-            self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
-                            for w in self.weights]
+            if self.keras_outer:
+                self.outer.build(self.anchor)
+            else:
+                self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
+                                for w in self.weights]
         # With fp16 compression a round sends only each variable's change since the last
         # round, from the state every worker held then: float16 keeps 11 bits of a small
         # change, where it would round the value itself to 2^-11 of its size and lose a
@@ -217,6 +228,18 @@ class ModelStateAverager:
     @property
     def variables(self) -> list[tf.Variable]:
         return self.weights + self.statistics + self.slots
+
+    @property
+    def keras_outer(self) -> bool:
+        return isinstance(self.outer, keras.optimizers.Optimizer)
+
+    @property
+    def outer_state(self) -> list:
+        """The outer step's own state, which checkpoints and elastic commits keep: SlowMo's
+        momentum buffers, or the Keras outer optimizer's variables."""
+        if self.outer is None:
+            return []
+        return list(self.outer.variables) if self.keras_outer else list(self.buffers)
 
     @property
     def reference(self) -> list[tf.Variable] | None:
@@ -369,6 +392,10 @@ class ModelStateAverager:
         if not apply_outer:
             assign(self.anchor, means)
             return list(means)
+        if self.keras_outer:  # its rate is its own: the inner rate plays no part
+            pseudo_gradients = [a - m for a, m in zip(read(self.anchor), means)]
+            self.outer.apply_gradients(list(zip(pseudo_gradients, self.anchor)))
+            return read(self.anchor)
         targets = []
         for anchor, buf, mean in zip(self.anchor, self.buffers, means):
             new_anchor, new_buf = outer_step(anchor, mean, buf, inner_lr, self.outer.lr,
