@@ -217,6 +217,24 @@ def gather_rows(rows: tf.Tensor, name: str | None = None) -> list[tf.Tensor]:
     return list(tf.split(gathered, counts.numpy().tolist(), axis=0))
 
 
+def alltoall(tensor: tf.Tensor, name: str | None = None) -> tf.Tensor:
+    """`tensor`'s first axis cut into one equal part per worker, part r sent to worker r;
+    returns the parts this worker got, in rank order, in the same shape. Any dtype Horovod
+    carries (int8 among them), eager or traced. With one worker it returns the input."""
+    if hvd.size() == 1:
+        return tensor
+    return tf.reshape(hvd.alltoall(tensor, name=name), tensor.shape)
+
+
+def allgather(tensor: tf.Tensor, name: str | None = None) -> tf.Tensor:
+    """Every worker's `tensor` (all of one shape), concatenated along the first axis in
+    rank order, on every worker; any dtype Horovod carries, eager or traced."""
+    if hvd.size() == 1:
+        return tensor
+    gathered = hvd.allgather(tensor, name=name)
+    return tf.reshape(gathered, [hvd.size() * tensor.shape[0], *tensor.shape[1:]])
+
+
 def average_scalars(values: Mapping[str, float], name: str = "scalars") -> dict[str, float]:
     """Mean over workers of each named number; every worker must pass the same names."""
     keys = sorted(values)

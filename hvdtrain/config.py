@@ -37,6 +37,7 @@ DEFAULT_MAX_LR = 0.1
 LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
+ROUND_COMPRESSIONS = ("none", "fp16", "int8")
 WARM_STARTS = ("sync", "single")
 # Local and async defaults chosen from time-to-accuracy runs at 2, 4 and 8 workers
 # (BENCHMARKS.md, "Time to accuracy"). Local mode: a round after every 40 local steps
@@ -212,6 +213,14 @@ class TrainConfig:
         1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging",
         modes=LOCAL_MODES)
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
+    round_compression: str = _opt(
+        "none", "local and async modes: how a round's state travels. none: as it is, in one "
+                "allreduce (float16 with --fp16-allreduce). fp16 or int8: each worker sends its "
+                "change since the last round (the pseudo-gradient), plus what its last round's "
+                "encoding cut off (error feedback), through an alltoall and an allgather, so "
+                "every worker ends the round with the same bits. int8: one byte a value and a "
+                "float32 scale per 1,024 values, about a quarter of float32's bytes; fp16 half",
+        ROUND_COMPRESSIONS, modes=LOCAL_MODES)
     hierarchical_sgd: bool = _opt(
         False, "local and async modes: hierarchical local SGD (Lin et al. 2018) for hosts of "
                "several workers: the workers of one host average gradients every step, as sync "
@@ -247,7 +256,8 @@ class TrainConfig:
                "Horovod's allreduce has no XLA kernel (on CPU also set "
                "TF_XLA_FLAGS=--tf_xla_cpu_global_jit)")
     fp16_allreduce: bool = _opt(
-        False, "send gradients and weights through allreduce as float16 (half the bytes)")
+        False, "send gradients, and local and async rounds without --round-compression, "
+               "through allreduce as float16 (half the bytes)")
     bucket_mb: str = _opt(
         DEFAULT_BUCKET_MB, "sync mode: average gradients in groups, last layers first, so early "
                            "groups travel while back-propagation goes on: auto (the model's "

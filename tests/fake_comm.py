@@ -252,7 +252,34 @@ class FakeComm:
         return {k: float(np.mean([own[k]] + [float(held[r][k]) for r in sorted(held)]))
                 for k in own}
 
+    def fake_alltoall(self, tensor, name=None):
+        """Part r (of `workers` equal parts along the first axis) of every worker's tensor
+        goes to worker r: this worker gets its part of each, in rank order."""
+        def run(world, own):
+            by_rank = world._by_rank("alltoall", name, own)
+            return [np.concatenate([np.split(by_rank[r][0], world.workers)[world.rank]
+                                    for r in range(world.workers)])]
+        return self._run(run, [tensor], name)[0]
+
+    def fake_allgather(self, tensor, name=None):
+        def run(world, own):
+            by_rank = world._by_rank("allgather", name, own)
+            return [np.concatenate([by_rank[r][0] for r in range(world.workers)])]
+        shape = tf.TensorShape([self.workers * tensor.shape[0], *tensor.shape[1:]])
+        return self._run(run, [tensor], name, shapes=[shape])[0]
+
     # --- the machinery ---
+
+    def _by_rank(self, kind: str, name, own: list[np.ndarray], ranks=None,
+                 fp16: bool = False) -> dict[int, list[np.ndarray]]:
+        """The values of every worker of `ranks` (by default all) for the collective `name`,
+        this one's included; the call is recorded."""
+        ranks = range(self.workers) if ranks is None else ranks
+        held = self._peer_values(name, own, set(ranks) - {self.rank})
+        by_rank = {r: self._like(own, held[r], name, r) for r in held}
+        by_rank[self.rank] = own
+        self.calls.append(Call(kind, name, own, fp16))
+        return by_rank
 
     def _allreduce(self, kind: str, tensors, name, fp16: bool, ranks: tuple[int, ...]):
         if self.rank not in ranks:
@@ -262,18 +289,17 @@ class FakeComm:
             return list(tensors)  # a group of one: comm skips the collective too
 
         def run(world, own):
-            held = world._peer_values(name, own, set(ranks) - {world.rank})
-            by_rank = {r: world._like(own, held[r], name, r) for r in held}
-            by_rank[world.rank] = own
-            world.calls.append(Call(kind, name, own, fp16))
+            by_rank = world._by_rank(kind, name, own, ranks, fp16)
             return [_reduce([by_rank[r][i] for r in ranks], kind == "average", fp16)
                     for i in range(len(own))]
         return self._run(run, tensors, name)
 
-    def _run(self, fn, tensors, name, needs_peers: bool = True) -> list[tf.Tensor]:
+    def _run(self, fn, tensors, name, needs_peers: bool = True,
+             shapes=None) -> list[tf.Tensor]:
         """`fn(world, values)` on the tensors' values (numpy): now when eager, or when the
         graph runs, in the world installed then (a traced round outlives the world it was
-        traced in, and must use the values held for the round that runs it)."""
+        traced in, and must use the values held for the round that runs it). `shapes`: the
+        outputs' (by default the inputs')."""
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         if not tensors:
             return []
@@ -283,8 +309,8 @@ class FakeComm:
             self._held_for(name)
         outputs = tf.py_function(lambda *ts: fn(_installed_world(), [t.numpy() for t in ts]),
                                  tensors, [t.dtype for t in tensors])
-        for output, tensor in zip(outputs, tensors):
-            output.set_shape(tensor.shape)
+        for output, shape in zip(outputs, shapes or [t.shape for t in tensors]):
+            output.set_shape(shape)
         return list(outputs)
 
     def _held_for(self, name) -> Held:

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data
+from hvdtrain import quantize
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
 from hvdtrain.periods import PerWorkerPeriod, parse_period, resolve_period
@@ -26,6 +27,7 @@ HIERARCHICAL = dict(PLAIN, mode="local", hierarchical_sgd=True, base_lr=0.2)
 RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs need
     "every3": dict(HIERARCHICAL, n_sync=3),
     "every1": dict(HIERARCHICAL, n_sync=1),
+    "every3_int8": dict(HIERARCHICAL, n_sync=3, round_compression="int8"),
     "sync": dict(PLAIN),
 }
 
@@ -76,6 +78,21 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert summary["bytes_allreduced_across_hosts"] == 3 * weights
     assert summary["bytes_allreduced"] == 10 * weights
     assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
+
+
+@pytest.mark.multiprocess
+def test_int8_rounds_between_hosts_leave_every_worker_on_the_same_bits(results):
+    ranks = results["every3_int8"]
+    for step in (3, 6):
+        for rank in ranks[1:]:
+            np.testing.assert_array_equal(rank["steps"][step - 1], ranks[0]["steps"][step - 1])
+    for rank in ranks[1:]:
+        np.testing.assert_array_equal(rank["final"], ranks[0]["final"])
+    summary = json.loads(str(ranks[0]["summary"]))
+    # 3 rounds of the weights (no momentum here), encoded: the bytes that cross the hosts.
+    assert summary["bytes_allreduced_across_hosts"] == 3 * quantize.payload_bytes(
+        summary["parameters"], 4, "int8")
+    assert summary["bytes_allreduced_within_host"] == 7 * 4 * summary["parameters"]
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from typing import Callable
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import OUTER_OPTIMIZERS, WARM_STARTS
+from hvdtrain.config import OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -74,9 +74,19 @@ class LocalSGD(keras.callbacks.Callback):
         worker and no communication per step.
       average_bn_stats: also average non-trainable float variables.
       average_optimizer_state: also average optimizer slots.
-      outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov".
-      outer_lr, outer_momentum: alpha and beta of the outer update.
+      outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov"; or a Keras
+        optimizer of your own, which steps on the averaged pseudo-gradient x0 − x̄ with its
+        own rate (as torchft's DiLoCo; `keras.optimizers.SGD(alpha, beta, nesterov=...)`
+        is SlowMo or Nesterov at a fixed inner rate, `hvdtrain.keras.state.OuterOptimizer`).
+      outer_lr, outer_momentum: alpha and beta of the named outer updates.
       broadcast_initial_state: start every worker from rank 0's state.
+      fp16_allreduce: rounds send each value's change since the last round, in a float16
+        allreduce.
+      round_compression: "none", or "fp16" or "int8": rounds send each worker's change
+        since the last round plus what its last round's encoding cut off (error feedback),
+        through an alltoall and an allgather, so every worker ends a round with the same
+        bits (`hvdtrain.keras.compressed_rounds`). int8 moves about a quarter of float32's
+        bytes. Not with `fp16_allreduce`.
       overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
         `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
         progress since the round began, and waits only when a round outlasts the
@@ -145,7 +155,8 @@ class LocalSGD(keras.callbacks.Callback):
 
     def __init__(self, n_sync: int | str | None = None, warm_start_steps: int = 0,
                  average_bn_stats: bool = True,
-                 average_optimizer_state: bool = False, outer_optimizer: str = "none",
+                 average_optimizer_state: bool = False,
+                 outer_optimizer: str | keras.optimizers.Optimizer = "none",
                  outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
                  warm_start: str = "sync", progress: TrainingProgress | None = None,
@@ -153,10 +164,12 @@ class LocalSGD(keras.callbacks.Callback):
                  batch_size: int | None = None, epoch_examples: int | None = None,
                  saves: SavePlan | None = None, hierarchical: bool = False,
                  epoch_rounds: bool = True, run_epochs: int | None = None,
+                 round_compression: str = "none",
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
         period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
+        _check_compression(round_compression, fp16_allreduce)
         _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
                            warm_start_steps, epoch_rounds)
         if sync_seconds is not None:
@@ -166,12 +179,12 @@ class LocalSGD(keras.callbacks.Callback):
         self.broadcast_initial_state = broadcast_initial_state
         self.batch_size = batch_size
         self.overlap = overlap
-        outer = None if outer_optimizer == "none" else OuterOptimizer(
-            outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
+        outer = _outer(outer_optimizer, outer_lr, outer_momentum)
         # What a round averages, made by `attach` once the model is known.
         self._averager_for = functools.partial(
             ModelStateAverager, trainable=True, statistics=average_bn_stats,
-            optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce)
+            optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce,
+            compression=round_compression)
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
@@ -250,8 +263,8 @@ class LocalSGD(keras.callbacks.Callback):
         and the adaptive period's schedule. (SlowMo's x0 is not among them: every save is
         a round, after which x0 is the model itself.)"""
         kept = {}
-        if self.averager is not None and self.averager.buffers:
-            kept["outer_momentum"] = list(self.averager.buffers)
+        if self.averager is not None and self.averager.outer_state:
+            kept["outer_momentum"] = self.averager.outer_state
         if self.adaptive is not None:
             kept["round_schedule"] = [self.adaptive.kept]
         return kept
@@ -487,14 +500,33 @@ def _ended_on_own_data(epoch: int, examples: int, epoch_end: int) -> ArgumentErr
         "data (dataset.repeat()) and no steps_per_epoch")
 
 
-def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer: str) -> None:
+def _outer(outer_optimizer, outer_lr: float, outer_momentum: float):
+    """The outer step: None (plain averaging), SlowMo's or Nesterov's, or a Keras optimizer."""
+    if isinstance(outer_optimizer, keras.optimizers.Optimizer):
+        return outer_optimizer
+    if outer_optimizer == "none":
+        return None
+    return OuterOptimizer(outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
+
+
+def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer) -> None:
     if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
             or warm_start_steps < 0:
         raise ArgumentError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
     if warm_start not in WARM_STARTS:
         raise ArgumentError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
-    if outer_optimizer not in OUTER_OPTIMIZERS:
+    if not isinstance(outer_optimizer, keras.optimizers.Optimizer) and \
+            outer_optimizer not in OUTER_OPTIMIZERS:
         raise ArgumentError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
+
+
+def _check_compression(round_compression: str, fp16_allreduce: bool) -> None:
+    if round_compression not in ROUND_COMPRESSIONS:
+        raise ArgumentError(f"round_compression must be one of {ROUND_COMPRESSIONS}, "
+                            f"got {round_compression!r}")
+    if fp16_allreduce and round_compression != "none":
+        raise ArgumentError(f"LocalSGD takes fp16_allreduce or round_compression, got "
+                            f"fp16_allreduce=True and round_compression={round_compression!r}")
 
 
 def _check_timed(batch_size, epoch_examples) -> None:

@@ -10,6 +10,7 @@ import tensorflow as tf
 from hvdtrain import comm
 from hvdtrain.averaging import outer_step, payload_bytes, pooled_variance, second_moment
 from hvdtrain.errors import ArgumentError
+from hvdtrain.keras.compressed_rounds import CompressedExchange
 
 
 def _dtype(variable) -> tf.DType:
@@ -153,7 +154,14 @@ def current_learning_rate(optimizer) -> tf.Tensor:
 
 @dataclass(frozen=True)
 class OuterOptimizer:
-    """Update applied to the averaged weights: SlowMo, or Nesterov as in DiLoCo."""
+    """Update applied to the averaged weights: SlowMo, or Nesterov as in DiLoCo.
+
+    A Keras optimizer may stand in its place (`ModelStateAverager(outer=...)`): it takes a
+    step on the averaged pseudo-gradient x0 − x̄, as torchft's DiLoCo takes torch.optim.SGD's.
+    `keras.optimizers.SGD(lr, momentum, nesterov)` is this update while the inner rate stays
+    the same; when it changes, SlowMo scales its past momentum by the new rate over the old
+    and Keras does not (tests/test_outer_step_as_keras_sgd.py).
+    """
 
     lr: float = 1.0
     momentum: float = 0.0
@@ -167,12 +175,18 @@ class ModelStateAverager:
     statistics), and optimizer slots. BatchNorm moving variances are pooled (they take in
     the spread of the workers' means) in the same allreduce. With an `OuterOptimizer`, the
     averaged weights go through `hvdtrain.averaging.outer_step` before every worker takes
-    them. With `fp16_allreduce`, only the change since the last round travels in float16.
+    them. With `fp16_allreduce`, only the change since the last round travels, in a float16
+    allreduce. With `compression` "fp16" or "int8", the change travels compressed, with
+    error feedback (`hvdtrain.keras.compressed_rounds`), instead of through allreduce.
     """
 
     def __init__(self, model: keras.Model, *, trainable: bool = True,
                  statistics: bool = True, optimizer_state: bool = False,
-                 outer: OuterOptimizer | None = None, fp16_allreduce: bool = False):
+                 outer: OuterOptimizer | None = None, fp16_allreduce: bool = False,
+                 compression: str = "none"):
+        if fp16_allreduce and compression != "none":
+            raise ArgumentError(f"ModelStateAverager takes fp16_allreduce or compression, "
+                                f"got fp16_allreduce=True and compression={compression!r}")
         self.model = model
         self.weights = list(model.trainable_variables) if trainable else []
         self.statistics = _floating(model.non_trainable_variables) if statistics else []
@@ -181,10 +195,14 @@ class ModelStateAverager:
         self.fp16_allreduce = fp16_allreduce
         self.anchor = self.buffers = None
         if self.outer is not None:
-            # x0 (the weights after the last round) and the outer momentum buffer u.
+            # x0 (the weights after the last round) and the outer momentum buffer u (a
+            # Keras optimizer keeps its own).
             self.anchor = _copies(self.weights)
-            self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
-                            for w in self.weights]
+            if self.keras_outer:
+                self.outer.build(self.anchor)
+            else:
+                self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
+                                for w in self.weights]
         # With fp16 compression a round sends only each variable's change since the last
         # round, from the state every worker held then: float16 keeps 11 bits of a small
         # change, where it would round the value itself to 2^-11 of its size and lose a
@@ -192,7 +210,9 @@ class ModelStateAverager:
         # outer optimizer the weights' reference is the anchor itself, updated by the outer
         # step; the statistics' and slots' reference is always a copy of their own.
         self.weights_reference = self.others_reference = None
-        if fp16_allreduce:
+        self.compressed = None if compression == "none" else CompressedExchange(
+            self.variables, compression)
+        if fp16_allreduce or self.compressed is not None:
             self.weights_reference = (self.anchor if self.anchor is not None
                                       else _copies(self.weights))
             self.others_reference = _copies(self.statistics + self.slots)
@@ -210,6 +230,18 @@ class ModelStateAverager:
         return self.weights + self.statistics + self.slots
 
     @property
+    def keras_outer(self) -> bool:
+        return isinstance(self.outer, keras.optimizers.Optimizer)
+
+    @property
+    def outer_state(self) -> list:
+        """The outer step's own state, which checkpoints and elastic commits keep: SlowMo's
+        momentum buffers, or the Keras outer optimizer's variables."""
+        if self.outer is None:
+            return []
+        return list(self.outer.variables) if self.keras_outer else list(self.buffers)
+
+    @property
     def reference(self) -> list[tf.Variable] | None:
         """fp16 rounds' reference, one per variable of `variables` (None without fp16)."""
         if self.weights_reference is None:
@@ -218,7 +250,10 @@ class ModelStateAverager:
 
     @property
     def payload_bytes(self) -> int:
-        """Bytes one worker hands to allreduce per round."""
+        """Bytes one worker hands to allreduce per round (or, compressed, what it encodes,
+        which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`)."""
+        if self.compressed is not None:
+            return self.compressed.payload_bytes
         return variable_bytes(self.variables, self.fp16_allreduce)
 
     @property
@@ -232,7 +267,8 @@ class ModelStateAverager:
         world = (comm.rank(), comm.size())
         if self._traced_for != world:
             self._average_fn = tf.function(self._average)
-            self._mean_fn = tf.function(lambda values: self.exchange(values, name="state_view"))
+            self._mean_fn = tf.function(
+                lambda values: self.exchange(values, name="state_view", feedback=False))
             self._traced_for = world
 
     def _round_fn(self):
@@ -249,7 +285,10 @@ class ModelStateAverager:
     def reset_anchor(self) -> None:
         """Take the current state as SlowMo's x0 and as the reference fp16 rounds send their
         change from. Call whenever every worker holds the same state, e.g. after a broadcast:
-        workers whose references differ would end a round apart."""
+        workers whose references differ would end a round apart. A compressed round's
+        residual goes too: nothing is owed to a state all workers hold."""
+        if self.compressed is not None:
+            self.compressed.reset()
         if self.reference is not None:
             assign(self.reference, read(self.variables))  # SlowMo's x0 among them
         elif self.anchor is not None:
@@ -315,11 +354,12 @@ class ModelStateAverager:
             values[j] = tf.maximum(values[j], tf.zeros((), values[j].dtype))
         return values
 
-    def exchange(self, values, take_chief: bool = False,
-                 name: str = "model_state") -> list[tf.Tensor]:
+    def exchange(self, values, take_chief: bool = False, name: str = "model_state",
+                 feedback: bool = True) -> list[tf.Tensor]:
         """The workers' mean of each of `values` (one per variable; BatchNorm variances
         pooled), or with `take_chief` rank 0's value; before any outer step. Eager or
-        traced; `name` keys the allreduce across workers."""
+        traced; `name` keys the collectives across workers. `feedback`: a compressed
+        round keeps what its encoding cut off for the next round (not for a view)."""
         if comm.size() == 1:
             # Nothing to exchange; skipping the encoding keeps a one-worker round a no-op
             # to the bit. Read when traced, like the rank below.
@@ -328,7 +368,9 @@ class ModelStateAverager:
         # Rank 0's variances travel as they are: there is nothing to pool.
         moments = [] if take_chief else self._moments
         sent = _encode(values, reference, moments)
-        if take_chief:
+        if self.compressed is not None:
+            received = self._compressed_exchange(sent, take_chief, name, feedback)
+        elif take_chief:
             # Rank is read when this is traced; `retrace` runs whenever the workers change.
             share = 1.0 if comm.is_chief() else 0.0
             received = comm.total([t * tf.constant(share, t.dtype) for t in sent],
@@ -337,11 +379,23 @@ class ModelStateAverager:
             received = comm.average(sent, name=name, fp16=self.fp16_allreduce)
         return self.clamp_non_negative(_decode(received, reference, moments))
 
+    def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool):
+        # Rank is read when this is traced, as for the allreduce's share in `exchange`.
+        if take_chief:
+            share, name = (1.0 if comm.is_chief() else 0.0), "model_state_from_chief"
+        else:
+            share = None
+        return self.compressed.mean(sent, name=name, share=share, feedback=feedback)
+
     def _outer_update(self, means, inner_lr, apply_outer: bool) -> list:
         """The new x0, which every worker takes: the outer step from the mean, or the mean."""
         if not apply_outer:
             assign(self.anchor, means)
             return list(means)
+        if self.keras_outer:  # its rate is its own: the inner rate plays no part
+            pseudo_gradients = [a - m for a, m in zip(read(self.anchor), means)]
+            self.outer.apply_gradients(list(zip(pseudo_gradients, self.anchor)))
+            return read(self.anchor)
         targets = []
         for anchor, buf, mean in zip(self.anchor, self.buffers, means):
             new_anchor, new_buf = outer_step(anchor, mean, buf, inner_lr, self.outer.lr,

@@ -70,7 +70,10 @@ def state_callback(cfg: TrainConfig, model: keras.Model, progress: TrainingProgr
             average_bn_stats=cfg.average_bn_stats,
             average_optimizer_state=cfg.average_optimizer_state,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
-            outer_momentum=cfg.outer_momentum, fp16_allreduce=cfg.fp16_allreduce,
+            outer_momentum=cfg.outer_momentum,
+            # --fp16-allreduce sends the rounds in float16 unless a compression does.
+            fp16_allreduce=cfg.fp16_allreduce and cfg.round_compression == "none",
+            round_compression=cfg.round_compression,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
             batch_size=cfg.batch_size, saves=saves, hierarchical=cfg.hierarchical_sgd,
             epoch_rounds=cfg.epoch_rounds, run_epochs=cfg.epochs)

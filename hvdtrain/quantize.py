@@ -1,0 +1,88 @@
+"""The maths of compressed rounds: how a round's pseudo-gradient travels in float16 or int8.
+
+A compressed round moves a flat float32 vector (every worker's change since the last
+consensus, plus what its last quantisation cut off) as a reduce-scatter and an allgather:
+the vector is padded and cut into one shard per worker; each worker sends shard r,
+encoded, to worker r (an alltoall), which decodes and sums the shards it got, encodes
+the sum and sends it to all (an allgather). Every worker decodes the same gathered
+bytes, so all end the round with bit-identical values. An allreduce could not carry int8
+codes: their sum overflows, and each worker's scales differ.
+
+int8: each chunk of `CHUNK` values has its own scale, its largest magnitude / 127, sent
+as 4 float32 bytes after the shard's codes; a value is rounded to the nearest of the
+255 multiples of the scale within ±127, so it is off by at most scale / 2 (1/254 of its
+chunk's largest). float16: no scales, each value rounded to float16.
+
+All functions are pure, on TensorFlow tensors (eager or traced); `padded_length` and
+`payload_bytes` need no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+CHUNK = 1024        # int8 values sharing one scale
+INT8_LEVELS = 127   # codes run from -127 to 127: symmetric, so 0 stays exactly 0
+SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
+COMPRESSED = ("fp16", "int8")
+
+
+def padded_length(values: int, workers: int, compression: str) -> int:
+    """Length of the vector a round encodes: `values` padded with zeros to whole shards,
+    one per worker, each of whole int8 chunks."""
+    unit = workers * (CHUNK if compression == "int8" else 1)
+    return -(-values // unit) * unit
+
+
+def payload_bytes(values: int, workers: int, compression: str) -> int:
+    """Bytes one worker hands to a compressed round of `values` float values: its encoded
+    vector (int8 codes plus scales, or float16). The alltoall sends (W - 1) / W of it and
+    the allgather as much again, 2 (W - 1) / W of it in all: the factor by which a ring
+    allreduce's wire bytes exceed its payload, so this counts like an allreduce payload."""
+    length = padded_length(values, workers, compression)
+    if compression == "int8":
+        return length + SCALE_BYTES * (length // CHUNK)
+    return 2 * length
+
+
+def quantize_int8(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """int8 codes and one float32 scale per chunk of float32 `values` (whole chunks)."""
+    chunks = tf.reshape(values, [-1, CHUNK])
+    scales = tf.reduce_max(tf.abs(chunks), axis=1) / INT8_LEVELS
+    # An all-zero chunk has scale 0: its codes are 0, and decode to exactly 0.
+    codes = tf.round(tf.math.divide_no_nan(chunks, scales[:, None]))
+    codes = tf.clip_by_value(codes, -INT8_LEVELS, INT8_LEVELS)
+    return tf.reshape(tf.cast(codes, tf.int8), [-1]), scales
+
+
+def dequantize_int8(codes: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
+    """The float32 values int8 `codes` with their chunks' `scales` stand for."""
+    chunks = tf.reshape(tf.cast(codes, tf.float32), [-1, CHUNK]) * scales[:, None]
+    return tf.reshape(chunks, [-1])
+
+
+def encode(values: tf.Tensor, shards: int, compression: str) -> tf.Tensor:
+    """float32 `values` (a `padded_length` vector) as `shards` rows, one per shard: float16
+    values, or int8 codes followed by their scales' bytes."""
+    if compression == "fp16":
+        return tf.reshape(tf.cast(values, tf.float16), [shards, -1])
+    codes, scales = quantize_int8(values)
+    # Scales travel as their bytes, so a shard is one int8 row; all workers share a byte order.
+    scale_bytes = tf.bitcast(scales, tf.int8)
+    return tf.concat([tf.reshape(codes, [shards, -1]),
+                      tf.reshape(scale_bytes, [shards, -1])], axis=1)
+
+
+def decode(rows: tf.Tensor, compression: str) -> tf.Tensor:
+    """`encode`'s rows (any number of them) back to float32, one row per shard."""
+    if compression == "fp16":
+        return tf.cast(rows, tf.float32)
+    shard = rows.shape[1] * CHUNK // (CHUNK + SCALE_BYTES)  # the row's width is static
+    scales = tf.bitcast(tf.reshape(rows[:, shard:], [-1, SCALE_BYTES]), tf.float32)
+    values = dequantize_int8(tf.reshape(rows[:, :shard], [-1]), scales)
+    return tf.reshape(values, [-1, shard])
+
+
+def round_trip(values: tf.Tensor, compression: str) -> tf.Tensor:
+    """What `values` (whole chunks) decode to after encoding: what a send of them stands for."""
+    return tf.reshape(decode(encode(values, 1, compression), compression), [-1])

@@ -1,0 +1,163 @@
+"""Compressed rounds (float16, int8 with error feedback) at K = 2, 3 and 4 workers, in one
+process (tests/fake_comm.py): every worker's round is run, with the other workers' sends
+to each collective coming from the same code run as them."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fake_comm import ECHO, FakeComm, sent_by
+from hvdtrain import quantize
+from hvdtrain.keras.compressed_rounds import CompressedExchange
+from hvdtrain.keras.state import ModelStateAverager, read
+from test_state_averaging_k_workers import batch_norm_model
+from workers.state_averaging_worker import set_statistics
+
+SHAPES = [(3, 700), (50,), (2, 2)]  # 2,154 values: three chunks, padded to whole shards
+NAME = "x"
+
+
+def worker_values(workers: int, seed: int, scale: float = 1.0) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [[(rng.normal(size=s) * scale * (1 + k)).astype(np.float32) for s in SHAPES]
+            for k in range(workers)]
+
+
+def run_round(exchanges, values, name=NAME, shares=None, call=None):
+    """Every worker's round, in turn: the sends to the alltoall come from each worker's own
+    values; those to the allgather from each worker's round given everyone's alltoall sends.
+    Returns each worker's result. `call(exchange, values, share, feedback)` runs one
+    worker's part (by default `CompressedExchange.mean`)."""
+    workers = len(exchanges)
+    call = call or (lambda ex, vals, share, feedback: ex.mean(
+        [tf.constant(v) for v in vals], name=name, share=share, feedback=feedback))
+    share = (lambda r: None) if shares is None else (lambda r: shares[r])
+
+    def as_worker(r, feedback):
+        return lambda: call(exchanges[r], values[r], share(r), feedback)
+
+    # The first two passes keep no residual: only the last, real one does.
+    scatter = {r: sent_by(r, workers, as_worker(r, False))[f"{name}_scatter"]
+               for r in range(workers)}
+    gather = {}
+    for r in range(workers):
+        with FakeComm(workers, r) as world:
+            world.hold(f"{name}_scatter", {k: scatter[k] for k in world.others})
+            world.hold(f"{name}_gather", ECHO)
+            as_worker(r, False)()
+            gather[r] = world.sent(f"{name}_gather")
+    results = []
+    for r in range(workers):
+        with FakeComm(workers, r) as world:
+            world.hold(f"{name}_scatter", {k: scatter[k] for k in world.others})
+            world.hold(f"{name}_gather", {k: gather[k] for k in world.others})
+            results.append([np.asarray(t) for t in as_worker(r, True)()])
+    return results
+
+
+def exchanges_for(workers: int, compression: str) -> list[CompressedExchange]:
+    like = [tf.zeros(s) for s in SHAPES]
+    return [CompressedExchange(like, compression) for _ in range(workers)]
+
+
+def flat(arrays) -> np.ndarray:
+    return np.concatenate([np.ravel(a) for a in arrays]).astype(np.float64)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+@pytest.mark.parametrize("compression", ["int8", "fp16"])
+def test_every_worker_ends_a_compressed_round_with_the_same_bits_near_the_mean(
+        workers, compression):
+    values = worker_values(workers, seed=workers)
+    results = run_round(exchanges_for(workers, compression), values)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    mean = np.mean([flat(v) for v in values], axis=0)
+    largest = max(np.abs(flat(v)).max() for v in values)
+    # Two encodings, each off by half a step: int8's is 1/254 of a chunk's largest.
+    bound = 2 * largest / 254 if compression == "int8" else 2 * largest * 2.0 ** -11
+    assert np.abs(flat(results[0]) - mean).max() <= bound
+    assert np.abs(flat(results[0]) - mean).max() > 0  # it did compress
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_error_feedback_carries_each_rounds_cut_into_the_next(workers):
+    exchanges = exchanges_for(workers, "int8")
+    rounds = [worker_values(workers, seed=10 + t, scale=10.0 ** -t) for t in range(3)]
+    taken = []
+    for t, values in enumerate(rounds):
+        before = [ex.residual.numpy().copy() for ex in exchanges]
+        taken.append(flat(run_round(exchanges, values)[0]))
+        if t == 0:
+            assert all(not b.any() for b in before)
+        residuals = [ex.residual.numpy().astype(np.float64) for ex in exchanges]
+        assert all(r.any() for r in residuals)  # each worker keeps a cut of its own
+        # What the workers have taken so far is what they meant, but for what is still
+        # kept back: nothing was lost, only delayed (Σ taken = Σ means − mean residual).
+        meant = sum(np.mean([flat(v) for v in vals], axis=0) for vals in rounds[:t + 1])
+        np.testing.assert_allclose(sum(taken), meant - np.mean(residuals, axis=0),
+                                   rtol=0, atol=1e-6 * np.abs(meant).max())
+    # The third round's changes are 100 times smaller than the first's: without the first
+    # rounds' cuts, the taken sum would miss by up to the first round's step.
+    first_step = max(np.abs(flat(v)).max() for v in rounds[0]) / 254
+    assert np.abs(np.mean(residuals, axis=0)).max() < first_step
+
+
+def test_a_look_at_the_mean_keeps_no_residual_and_a_reset_drops_it():
+    exchanges = exchanges_for(2, "int8")
+    run_round(exchanges, worker_values(2, seed=1))
+    kept = [ex.residual.numpy().copy() for ex in exchanges]
+    look = lambda ex, vals, share, feedback: ex.mean(
+        [tf.constant(v) for v in vals], name=NAME, feedback=False)
+    run_round(exchanges, worker_values(2, seed=2), call=look)
+    for ex, k in zip(exchanges, kept):
+        np.testing.assert_array_equal(ex.residual.numpy(), k)
+        ex.reset()
+        assert not ex.residual.numpy().any()
+
+
+def test_a_hand_over_from_rank_0_takes_its_values_and_drops_the_others_residuals():
+    exchanges = exchanges_for(3, "int8")
+    run_round(exchanges, worker_values(3, seed=3))  # every worker now holds a residual
+    values = worker_values(3, seed=4)
+    chief_meant = flat(values[0]) + exchanges[0].residual.numpy()
+    results = run_round(exchanges, values, shares=[1.0, 0.0, 0.0])
+    for other in results[1:]:
+        np.testing.assert_array_equal(flat(results[0]), flat(other))
+    assert np.abs(flat(results[0]) - chief_meant).max() <= 2 * np.abs(chief_meant).max() / 254
+    # The others' own cuts are gone; what they keep is only their shards' cut of the sum.
+    width = quantize.padded_length(chief_meant.size, 3, "int8") // 3
+    for r in (1, 2):
+        outside = np.delete(exchanges[r].residual.numpy(), np.s_[r * width:(r + 1) * width])
+        assert not outside.any()
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_an_int8_averager_round_pools_statistics_and_agrees_on_every_worker(workers):
+    models = [batch_norm_model() for _ in range(workers)]
+    averagers = [ModelStateAverager(m, optimizer_state=True, compression="int8") for m in models]
+    for rank, (model, averager) in enumerate(zip(models, averagers)):
+        averager.reset_anchor()  # the shared state every change is sent from
+        set_statistics(model, np.full(3, rank + 1.0), np.full(3, 0.5 + rank / 10))
+        for w in model.trainable_variables:
+            w.assign(w + 0.01 * (rank + 1))
+    plain = [[v.numpy() for v in read(a.variables)] for a in averagers]
+    call = lambda averager, vals, share, feedback: averager.exchange(
+        [tf.constant(v) for v in vals], feedback=feedback)
+    results = run_round(averagers, plain, name="model_state", call=call)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    # The BatchNorm variance is pooled as a float32 round pools it, to int8's precision.
+    # The largest change sent is the last worker's second moment about the reference
+    # (mean 0, variance 1), v + m² − 1, and every chunk's step is at most 1/127 of it.
+    largest = 0.5 + (workers - 1) / 10 + workers ** 2 - 1
+    float32 = [ModelStateAverager(m, optimizer_state=True) for m in models]
+    exact_round = lambda r: lambda: float32[r].exchange([tf.constant(v) for v in plain[r]])
+    with FakeComm(workers, 0) as world:
+        world.hold("model_state", {r: sent_by(r, workers, exact_round(r))["model_state"]
+                                   for r in world.others})
+        exact = exact_round(0)()
+    for got, want in zip(results[0], exact):
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2 * largest / 254)
