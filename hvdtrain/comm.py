@@ -303,6 +303,12 @@ class ElasticState(ObjectState):
 # itself saw the peer go, only gloo's transport error ("[.../gloo/transport/tcp/pair.cc:589]
 # Read error [198.18.0.3]:16051: Connection reset by peer"), which names no Horovod.
 LOST_PEER_MARKERS = ("Horovod", "gloo/transport")
+# What an op on a host group says once Horovod has shut down after a lost peer: the
+# shutdown forgets the process sets (launch/patches/0004), and an op checks that its set
+# exists before it checks for a shutdown. So a step whose within-host average is enqueued
+# just after the loss fails with this, not with the shutdown's notice: a race, which a
+# hierarchical elastic job lost now and then, and then ended on this error.
+FORGOTTEN_PROCESS_SET = "Process set provided does not exist"
 
 
 def is_lost_peer(exc: BaseException) -> bool:
@@ -311,6 +317,10 @@ def is_lost_peer(exc: BaseException) -> bool:
     if isinstance(exc, HorovodInternalError):
         return True
     message = exc.message or "" if isinstance(exc, tf.errors.OpError) else ""
+    if FORGOTTEN_PROCESS_SET in message:
+        # The ops use only the host groups registered here: one goes missing only when
+        # Horovod shuts down. Without any, the error is a real one and stays.
+        return _host_group is not None and _host_group.process_set is not None
     return any(marker in message for marker in LOST_PEER_MARKERS)
 
 

@@ -39,10 +39,21 @@ def test_a_host_container_joins_the_hosts_netns_and_runs_the_images_sshd():
     assert _after(argv, "--volume") == ["/run/hvdtrain-cluster/hosts:/etc/hosts:ro",
                                         "/run/keys:/root/.ssh:ro", "/data/shared:/data/shared"]
     assert _after(argv, "--cgroups") == ["disabled"]  # crun: no cgroup to leave behind
+    assert "--cgroup-parent" not in argv
     assert argv[-2:] == ["hvdtrain:cpu", "/opt/hvdtrain/docker/start-sshd.sh"]
-    with_runc = containers.run_host(ImageSpec(**{**vars(SPEC), "runtime": "runc"}), STATE, "h2",
-                                    "/h", "/k")
-    assert "--cgroups" not in with_runc
+
+
+def test_under_runc_a_host_container_gets_the_runs_own_cgroup_parent(monkeypatch):
+    """runc cannot run without cgroups: they go under a parent that is removed after the run."""
+    monkeypatch.setattr(command, "check_image", lambda image, volumes: dict(
+        vars(SPEC), volumes=list(SPEC.volumes), runtime="runc"))
+    args = cli.build_parser().parse_args(["cluster", "--image", "hvdtrain:cpu", "--", "true"])
+    first, second = (ImageSpec.from_dict(command._image(args)) for _ in range(2))
+    assert first.cgroup_parent.startswith("/hvdtrain-cluster-")
+    assert first.cgroup_parent != second.cgroup_parent  # one per run
+    argv = containers.run_host(first, STATE, "h2", "/h", "/k")
+    assert _after(argv, "--cgroup-parent") == [first.cgroup_parent]
+    assert "--cgroups" not in argv
 
 
 @pytest.mark.parametrize("cwd, expected", [("/data/shared", "/data/shared"),

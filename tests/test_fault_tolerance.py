@@ -177,6 +177,23 @@ def test_a_peers_loss_is_told_from_other_op_errors_by_the_message(message, lost)
     assert comm.is_lost_peer(ValueError(message)) is False
 
 
+FORGOTTEN = ("Graph execution error: Detected at node Allreduce_gradients_0 ... Allreduce: "
+             "Process set provided does not exist, or has not been registered.")
+
+
+def test_a_host_groups_op_after_horovod_shut_down_is_a_lost_peer(monkeypatch):
+    """A hierarchical step enqueued just after a peer's loss finds its host group forgotten
+    by the shutdown: a lost peer (an elastic job goes on), not an error that ends the job."""
+    monkeypatch.setattr(comm, "_host_group", comm.WorkerGroup((0, 1), 2, object()))
+    assert comm.is_lost_peer(tf.errors.InvalidArgumentError(None, None, FORGOTTEN))
+
+
+@pytest.mark.parametrize("group", [None, comm.WorkerGroup((0, 1), 1)])
+def test_a_missing_process_set_where_none_was_registered_stays_an_error(monkeypatch, group):
+    monkeypatch.setattr(comm, "_host_group", group)
+    assert not comm.is_lost_peer(tf.errors.InvalidArgumentError(None, None, FORGOTTEN))
+
+
 # --- the checkpoint store ---
 
 def _saved(step: int) -> SavedProgress:

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import load_rank_files
+from hvdtrain.cluster.cgroups import hierarchies
 from test_cluster import HVDTRAIN, VENV_BIN, _cannot_make_a_cluster, listed_namespaces
 from test_cluster_faults import ended_after_event
 
@@ -181,42 +182,98 @@ def _namespaces_of(pids: list[int]) -> set[str]:
 
 def _run_containers_left() -> list[str]:
     """Processes of a run's containers (conmon and the runtime name the run's podman store)."""
-    left = []
-    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+    texts = (_cmdline(int(folder[6:])) for folder in glob.glob("/proc/[0-9]*"))
+    return [text for text in texts if "/run/hvdtrain-cluster/podman" in text]
+
+
+def _cgroups_of(pids: list[int]) -> set[str]:
+    """The cgroups the processes are in, as paths inside their hierarchies."""
+    held = set()
+    for pid in pids:
         try:
-            with open(cmdline, "rb") as fh:
-                text = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8") as fh:
+                held |= {line.split(":", 2)[2].strip() for line in fh if line.count(":") >= 2}
         except OSError:
-            continue
-        if "/run/hvdtrain-cluster/podman" in text:
-            left.append(text)
-    return left
+            pass
+    return held
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_an_interrupted_container_cluster_leaves_nothing_behind(image, tmp_path, sig):
-    started = tmp_path / "started"
+def _cgroups_left(paths: set[str]) -> list[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        points = hierarchies(fh.read())
+    return sorted(point + path for point in points for path in paths
+                  if os.path.isdir(point + path))
+
+
+def _left(namespaces: set[str], cgroups: set[str], janitors: list[int]) -> list:
+    return [*(namespaces & listed_namespaces()), *_run_containers_left(), *_cgroups_left(cgroups),
+            *(pid for pid in janitors if os.path.exists(f"/proc/{pid}"))]
+
+
+def _janitors(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if "hvdtrain.cluster.cgroups" in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("ending", ["exits", signal.SIGINT, signal.SIGKILL],
+                         ids=["exits", "sigint", "sigkill"])
+def test_a_container_cluster_that_ends_or_is_interrupted_leaves_nothing_behind(image, tmp_path,
+                                                                             ending):
+    """Namespaces, container processes, mounts and, under runc, the containers' cgroups
+    (libpod-<id> and conmon's, under the run's own parent): gone once `hvdtrain cluster`
+    has returned, or soon after it was killed."""
+    started, stop = tmp_path / "started", tmp_path / "stop"
     containers_before = _machine_containers()
-    script = f"ssh h2 'touch {started}; sleep 300' & sleep 300"
-    proc = subprocess.Popen(cluster(tmp_path, "sh", "-c", script), env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not started.exists():
-        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
-        time.sleep(0.2)
-    own = _namespaces_of([os.getpid()])
-    recorded = _namespaces_of(_descendants(proc.pid)) - own
-    assert len(recorded) >= 8  # the run's, and each container's own
-    proc.send_signal(sig)
-    assert proc.wait(timeout=60) != 0
+    waits = f"while [ ! -e {stop} ]; do sleep 0.2; done"
+    proc = subprocess.Popen(cluster(tmp_path, "sh", "-c", f"ssh h2 'touch {started}; {waits}' & "
+                                                          f"{waits}; wait"),
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        recorded, cgroups, janitors = _record_the_run(proc, started)
+        if ending == "exits":
+            stop.touch()
+        else:
+            proc.send_signal(ending)
+        assert (proc.wait(timeout=60) == 0) == (ending == "exits")
+    finally:
+        if proc.poll() is None:  # a failed assertion must not leave the run going
+            proc.kill()
+    if ending != signal.SIGKILL:  # `hvdtrain cluster` returns once its cgroups are gone
+        assert not _cgroups_left(cgroups), _cgroups_left(cgroups)
     deadline = time.monotonic() + 20
-    while recorded & listed_namespaces() or _run_containers_left():
-        assert time.monotonic() < deadline, (recorded & listed_namespaces(), _run_containers_left())
+    while _left(recorded, cgroups, janitors):
+        assert time.monotonic() < deadline, _left(recorded, cgroups, janitors)
         time.sleep(0.2)
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
         mounts = fh.read()
     assert "hvdtrain-cluster" not in mounts
     assert _machine_containers() == containers_before
+
+
+def _record_the_run(proc: subprocess.Popen, started) -> tuple[set[str], set[str], list[int]]:
+    """Once the command runs on h2: the run's namespaces, its containers' cgroups (and their
+    parents) and, under runc, the janitor that removes those."""
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "the command did not start on h2 within 120 s"
+        time.sleep(0.2)
+    run_pids = _descendants(proc.pid)
+    namespaces = _namespaces_of(run_pids) - _namespaces_of([os.getpid()])
+    assert len(namespaces) >= 8  # the run's, and each container's own
+    cgroups = _cgroups_of(run_pids) - _cgroups_of([os.getpid()])
+    cgroups |= {os.path.dirname(path) for path in cgroups} - {"/"}
+    janitors = _janitors(run_pids)
+    assert shutil.which("crun") or (sum("libpod-" in path for path in cgroups), len(janitors)) == (
+        2, 1), (cgroups, janitors)
+    return namespaces, cgroups, janitors
 
 
 def _machine_containers() -> set[str]:

@@ -152,9 +152,9 @@ def combine_repeats(rows: list[dict]) -> dict:
     averaged = {key: sum(r[key] for r in rows) / len(rows)
                 for key in ("step_seconds", "seconds_per_exchange", "communication_share",
                             "round_share") if key in rows[0]}
-    if "worker_images_per_sec" in rows[0]:
-        averaged["worker_images_per_sec"] = [
-            sum(rates) / len(rows) for rates in zip(*(r["worker_images_per_sec"] for r in rows))]
+    for key in ("worker_images_per_sec", "worker_timed_steps"):
+        if key in rows[0]:
+            averaged[key] = [sum(values) / len(rows) for values in zip(*(r[key] for r in rows))]
     return dict(rows[0], **averaged, repeats=len(rows), repeat_images_per_sec=totals,
                 total_images_per_sec=total, total_ci95=total_ci,
                 per_worker_images_per_sec=total / workers, per_worker_ci95=total_ci / workers)

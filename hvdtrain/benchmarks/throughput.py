@@ -147,6 +147,9 @@ def measure(setup: Setup, pin_cores: bool = False) -> dict:
         "workers": workers,
         "batch_per_worker": setup.batch_size,
         "timed_steps": steps,
+        # Each worker's own timed steps, in rank order: equal in lockstep modes, each at
+        # its own pace between timed rounds.
+        "worker_timed_steps": [len(seconds) for seconds in step_seconds],
         "parameters": int(model.count_params()),
         **rates,
         "exchanges_timed": exchanges,

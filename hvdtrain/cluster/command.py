@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+from hvdtrain.cluster.cgroups import removed_after_the_run, run_parent
 from hvdtrain.cluster.faults import FORMAT, parse_faults
 from hvdtrain.cluster.requirements import check_all, check_image
 from hvdtrain.cluster.topology import describe, host_names, plan_hosts
@@ -131,10 +132,25 @@ def _init_of(unshare_pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
+def _image(args: argparse.Namespace) -> dict | None:
+    """The image's spec; under runc with a cgroup parent of the run's own (cgroups.py)."""
+    if not args.image:
+        return None
+    image = check_image(args.image, args.volume)
+    if image["runtime"] == "runc":
+        image["cgroup_parent"] = run_parent()
+    return image
+
+
 def run(args: argparse.Namespace) -> int:
     make_spec(args, {"unshare": "unshare"})  # check the options before the machine
     tools = check_all()
-    spec = make_spec(args, tools, check_image(args.image, args.volume) if args.image else None)
+    spec = make_spec(args, tools, _image(args))
+    with removed_after_the_run((spec["image"] or {}).get("cgroup_parent")):
+        return _run_in_namespaces(spec)
+
+
+def _run_in_namespaces(spec: dict) -> int:
     proc = subprocess.Popen(namespace_command(spec), preexec_fn=_die_with_parent)
 
     # unshare blocks SIGINT and SIGTERM while it waits, so they go to the run's PID 1,

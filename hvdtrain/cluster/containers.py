@@ -16,7 +16,9 @@ lives outside the run's namespaces and would keep its containers after a SIGKILL
 
 Why crun with `--cgroups disabled`: a container that makes no cgroup leaves none behind
 either. crun refuses a hybrid cgroup layout, so the run unmounts the cgroup v2 part of
-it (/sys/fs/cgroup/unified) in its private mount namespace only.
+it (/sys/fs/cgroup/unified) in its private mount namespace only. runc cannot run
+without cgroups: its containers get a cgroup parent of the run's own, removed once the
+run has ended (cgroups.py).
 
 The argument lists are built by pure functions here; EmulatedCluster runs them.
 """
@@ -47,6 +49,7 @@ class ImageSpec:
     graph_root: str       # the machine's image store, read only here
     graph_driver: str     # its storage driver (the run's own store must use the same)
     volumes: tuple[str, ...] = ()
+    cgroup_parent: str = ""  # runc's: the run's own (cgroups.run_parent), removed after it
 
     @classmethod
     def from_dict(cls, data: dict) -> "ImageSpec":
@@ -69,6 +72,8 @@ def run_host(spec: ImageSpec, state: str, name: str, hosts_file: str, keys: str)
             "--volume", f"{hosts_file}:/etc/hosts:ro", "--volume", f"{keys}:/root/.ssh:ro"]
     if spec.runtime == "crun":
         argv += ["--cgroups", "disabled"]
+    elif spec.cgroup_parent:
+        argv += ["--cgroup-parent", spec.cgroup_parent]
     for limit in ULIMITS:
         argv += ["--ulimit", limit]
     for folder in spec.volumes:
