@@ -74,11 +74,21 @@ class ScheduleSpec:
         return scaled_lr(self.base_lr, self.per_worker_batch, self.lr_scaling, self.max_lr)
 
 
-def lr_scaling_workers(workers: int, local_steps: bool, cap: int) -> int:
+def lr_scaling_workers(workers: int, local_steps: bool, cap: int, host_workers: int = 0) -> int:
     """The workers the linear scaling rule counts: all of them when gradients are
     averaged every step; at most `cap` (0: no cap) when workers take local steps, each
-    of which sees one worker's batch however many workers there are."""
-    return min(workers, cap) if local_steps and cap > 0 else workers
+    of which sees one worker's batch however many workers there are.
+
+    Hierarchical local SGD (`host_workers`: the workers of this one's host) averages a
+    host's gradients every step: it counts those, but never fewer than flat local SGD
+    counts at the same job size, so that hosts of one worker are flat local SGD. Counting
+    the host alone ran hosts of 2 at half flat local's rate at 8 workers, and there the
+    hierarchy ended below flat local SGD (BENCHMARKS.md, the recipe's hierarchy).
+    """
+    if not local_steps:
+        return workers
+    flat = min(workers, cap) if cap > 0 else workers
+    return max(host_workers, flat)
 
 
 def schedule_in_examples(base_lr: float, per_worker_batch: int, workers: int,

@@ -661,12 +661,12 @@ def _assert_progress_in_examples(out, epochs: int):
     for record in records:
         global_batch = cfg.batch_size * record["workers"]
         assert 0 <= record["examples"] - record["epoch"] * length < global_batch, record
-        # Hierarchical: the rule counts a host's workers (hosts of equal slots here).
-        counted = summary["workers_per_host"] if cfg.hierarchical_sgd else record["workers"]
+        # Hierarchical: the rule counts a host's workers too (hosts of equal slots here).
+        host_workers = summary["workers_per_host"] if cfg.hierarchical_sgd else 0
         spec = schedule_in_examples(cfg.base_lr, cfg.batch_size, record["workers"],
                                     cfg.warmup_epochs * length, epochs * length, cfg.lr_decay, 0, 0,
-                                    lr_scaling_workers(counted, cfg.mode in LOCAL_MODES,
-                                                       cfg.local_lr_workers),
+                                    lr_scaling_workers(record["workers"], cfg.mode in LOCAL_MODES,
+                                                       cfg.local_lr_workers, host_workers),
                                     cfg.lr_scaling, cfg.max_lr)
         # The rate logged is the one of the epoch's last step. Near a cosine's end the rate
         # is ~1e-6 and float32's rounding of it ~1e-10: hence an absolute floor too.

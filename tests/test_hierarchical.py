@@ -21,9 +21,9 @@ from hvdtrain.periods import PerWorkerPeriod, parse_period, resolve_period
 
 PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
              momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
-# The hierarchical runs scale the rate for a host's 2 workers, sync for all 4: twice the
-# base rate gives both the same rate, so that one step of each is the same update.
-HIERARCHICAL = dict(PLAIN, mode="local", hierarchical_sgd=True, base_lr=0.2)
+# At 4 workers a hierarchical step's rate counts as many workers as sync's (a host's 2,
+# but never fewer than flat local SGD's min(4, 4)): one step of each is the same update.
+HIERARCHICAL = dict(PLAIN, mode="local", hierarchical_sgd=True)
 RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs need
     "every3": dict(HIERARCHICAL, n_sync=3),
     "every1": dict(HIERARCHICAL, n_sync=1),
@@ -97,13 +97,14 @@ def test_int8_rounds_between_hosts_leave_every_worker_on_the_same_bits(results):
 
 @pytest.fixture(scope="module")
 def unequal(tmp_path_factory):
-    """SlowMo with momentum on hosts of two workers and one: each host scales its rate for
-    its own workers, and warms up to it from one worker's rate, so the hosts' rates are
-    not in a fixed ratio (which the outer step would cancel)."""
+    """SlowMo with momentum on hosts of two workers and one: with flat local SGD's count
+    at 1 (--local-lr-workers 1) each host scales its rate for its own workers, and warms
+    up to it from one worker's rate, so the hosts' rates are not in a fixed ratio (which
+    the outer step would cancel)."""
     root = tmp_path_factory.mktemp("hierarchical_unequal")
     runs = runs_on_learnable_data(root, {"slowmo": dict(
         HIERARCHICAL, n_sync=3, outer_optimizer="slowmo", outer_momentum=0.5,
-        warmup_epochs=1.0)})
+        warmup_epochs=1.0, local_lr_workers=1)})
     horovodrun("hierarchical_worker.py", str(root), json.dumps(runs), np_=3,
                hosts="localhost:2,127.0.0.1:1", timeout=600)
     return load_rank_files(str(root), "slowmo", workers=3)

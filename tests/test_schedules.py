@@ -100,6 +100,15 @@ def test_local_steps_scale_the_rate_to_at_most_the_capped_workers():
     assert lr_scaling_workers(8, local_steps=True, cap=4) == 4
     assert lr_scaling_workers(2, local_steps=True, cap=4) == 2
     assert lr_scaling_workers(8, local_steps=True, cap=0) == 8    # 0: no cap
+
+
+def test_a_hierarchical_step_counts_its_host_but_never_fewer_than_flat_local_sgd():
+    assert lr_scaling_workers(8, local_steps=True, cap=4, host_workers=2) == 4  # flat's count
+    assert lr_scaling_workers(8, local_steps=True, cap=4, host_workers=1) == \
+        lr_scaling_workers(8, local_steps=True, cap=4)                         # hosts of one
+    assert lr_scaling_workers(64, local_steps=True, cap=4, host_workers=8) == 8  # a host's batch
+    assert lr_scaling_workers(8, local_steps=True, cap=0, host_workers=2) == 8
+    assert lr_scaling_workers(8, local_steps=False, cap=4, host_workers=2) == 8  # sync: all
     # 8 workers of 64 that count as 4: the rate of a batch of 256, over the steps of 8.
     spec = schedule_in_examples(0.1, 64, 8, 5120, 51200, "cosine", 0, 0, lr_workers=4)
     assert (spec.peak_lr, spec.initial_lr) == pytest.approx((0.1, 0.025))

@@ -29,12 +29,11 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     """The world of the workers running now, continuing the schedule from `progress`."""
     workers = comm.size()
     epoch_examples = progress.epoch_examples
-    # Hierarchical: each step averages one host's gradients, so the rule counts those.
-    counted = comm.host_group().size if cfg.hierarchical_sgd else workers
+    host_workers = comm.host_group().size if cfg.hierarchical_sgd else 0
     schedule = schedule_in_examples(
         cfg.base_lr, cfg.batch_size, workers, cfg.warmup_epochs * epoch_examples,
         cfg.epochs * epoch_examples, cfg.lr_decay, progress.examples, progress.steps,
-        lr_scaling_workers(counted, cfg.mode in LOCAL_MODES, cfg.local_lr_workers),
+        lr_scaling_workers(workers, cfg.mode in LOCAL_MODES, cfg.local_lr_workers, host_workers),
         cfg.lr_scaling, cfg.max_lr)
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
 
