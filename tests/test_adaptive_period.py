@@ -101,11 +101,11 @@ def test_local_runs_default_to_forty_local_steps_over_the_workers_and_async_to_t
 
 
 @pytest.mark.parametrize("overrides, averages", [
-    (dict(mode="local"), True), (dict(mode="async"), False),
+    (dict(mode="local"), False), (dict(mode="async"), False),
     (dict(mode="async", average_optimizer_state=True), True),
-    (dict(mode="local", average_optimizer_state=False), False),
+    (dict(mode="local", average_optimizer_state=True), True),
 ])
-def test_momentum_is_averaged_by_default_in_local_mode_only(overrides, averages):
+def test_momentum_is_kept_by_each_worker_unless_asked_for(overrides, averages):
     cfg = load_config(None, overrides)
     assert cfg.resolved().average_optimizer_state is averages
     assert cfg.resolved().resolved() == cfg.resolved()
@@ -155,14 +155,15 @@ def test_local_sgd_resolves_a_period_per_worker_for_its_workers():
 
 
 @pytest.mark.parametrize("overrides, workers, warns", [
-    (dict(mode="local"), 8, False),                    # 5 steps, a round moves 2x the weights
+    (dict(mode="local"), 8, False),                    # 5 steps, a round moves the weights
     (dict(mode="local"), 32, False),                   # the default's floor: 5 steps
-    (dict(mode="local", n_sync="40/workers"), 20, True),  # 2 steps: as many bytes as sync
-    (dict(mode="local", average_optimizer_state=False), 20, False),
+    (dict(mode="local", n_sync="40/workers", average_optimizer_state=True), 20, True),  # 2 steps
+    (dict(mode="local", n_sync="40/workers"), 20, False),  # 2 steps of the weights alone
+    (dict(mode="local", n_sync="40/workers"), 40, True),   # 1 step: the weights every step
     (dict(mode="async", n_sync=2, momentum=0.0), 4, False),  # no slots: half of sync's bytes
-    (dict(mode="local", n_sync=3, optimizer="adam"), 4, True),  # weights and two moments
-    (dict(mode="local", n_sync=3, optimizer="lamb"), 4, True),  # Lamb's two moments too
-    (dict(mode="local", n_sync=3, optimizer="lars"), 4, False),  # LARS's momentum only
+    (dict(mode="local", n_sync=3, optimizer="adam", average_optimizer_state=True), 4, True),  # weights and two moments
+    (dict(mode="local", n_sync=3, optimizer="lamb", average_optimizer_state=True), 4, True),  # Lamb's two moments too
+    (dict(mode="local", n_sync=3, optimizer="lars", average_optimizer_state=True), 4, False),  # LARS's momentum only
     (dict(mode="local", n_sync=1), 4, True),
     (dict(mode="local", n_sync=1), 1, False),          # one worker sends nothing
     (dict(mode="async"), 8, False),                    # 2 steps, no momentum averaged
