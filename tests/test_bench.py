@@ -284,8 +284,9 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
         for name, bytes_of in found.items():
             assert bytes_of["gradient_steps"] == 0, name  # every byte the run counted is a round's
             assert bytes_of["bench"] == bytes_of["run"], name
-    # LeNet's 61,706 weights: with their momentum in local mode; alone, at 2 bytes, in async.
-    assert found["local"]["run"] == 2 * 61_706 * 4
+    # LeNet's 61,706 weights alone (each worker keeps its momentum): 4 bytes in local
+    # mode, 2 in async.
+    assert found["local"]["run"] == 61_706 * 4
     assert found["async_fp16"]["run"] == 61_706 * 2
 
 
@@ -305,8 +306,8 @@ def test_hierarchical_rows_send_only_rounds_across_hosts_and_gradients_inside_th
     assert [(r["label"], r["hierarchical"], r["hosts"]) for r in rows] == [
         ("local, n_sync 5", False, None), ("hierarchical local, n_sync 5", True, 2)]
     flat, hierarchical = rows
-    # LeNet's 61,706 weights and their momentum, every 5 steps, in both.
-    assert hierarchical["bytes_per_step"] == flat["bytes_per_step"] == 2 * 61_706 * 4 / 5
+    # LeNet's 61,706 weights (each worker keeps its momentum), every 5 steps, in both.
+    assert hierarchical["bytes_per_step"] == flat["bytes_per_step"] == 61_706 * 4 / 5
     assert (flat["bytes_within_host_per_step"], hierarchical["bytes_within_host_per_step"]) == \
         (0, 61_706 * 4)
 

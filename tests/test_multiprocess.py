@@ -272,10 +272,10 @@ def test_local_sgd_with_batchnorm_and_a_warm_start_ends_in_consensus(trained, na
     # 5 steps: warm for 2, then rounds at 4 (n_sync 2) and 5 (epoch end), plus the hand-over at 2.
     assert summary["averaging_rounds"] == len(sync_points(5, 5, 2, 2)) == 3
     assert summary["gradient_steps_averaged"] == gradient_steps
-    # Rounds move weights, their momentum (averaged by default) and BatchNorm statistics
-    # (float32); a sync warm start adds gradients.
+    # Rounds move weights and BatchNorm statistics (float32; each worker keeps its
+    # momentum by default); a sync warm start adds gradients.
     gradient_bytes = ranks[0]["trainable"].size * 4
-    state_bytes = 2 * gradient_bytes + ranks[0]["non_trainable"].size * 4
+    state_bytes = gradient_bytes + ranks[0]["non_trainable"].size * 4
     assert summary["bytes_allreduced"] == expected_bytes_allreduced(
         "local", 5, 5, 2, 2, gradient_bytes, state_bytes, 0, warm_start=warm_start)
 

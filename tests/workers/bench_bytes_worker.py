@@ -15,7 +15,7 @@ from hvdtrain.config import load_config
 from hvdtrain.training.runner import train
 
 N_SYNC = 2
-# The resolved defaults differ: local mode averages the momentum, async mode does not.
+# Neither mode averages the momentum by default; async's rounds go in float16 here.
 SETUPS = {"local": dict(mode="local"), "async_fp16": dict(mode="async", fp16_allreduce=True)}
 
 
