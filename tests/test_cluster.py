@@ -398,8 +398,9 @@ def test_a_hierarchical_jobs_gradients_stay_on_the_host_and_only_its_rounds_cros
 
     In Gloo's ring over ranks 0-1 (h1), 2-3 (h2) one rank of each host sends to the other
     host, 2(N-1)/N of what it allreduced, N = 4 workers: so each eth0 carries 1.5 times
-    the summary's bytes_allreduced_across_hosts, here 17.8 MB (24 rounds of LeNet's
-    weights and momentum). Measured on top of that: 2.9 to 3.9 MB a host with a single
+    the summary's bytes_allreduced_across_hosts, here 8.9 MB (24 rounds of LeNet's
+    weights; each worker keeps its momentum; 17.8 MB when it was averaged by default).
+    Measured on top of that: 2.9 to 3.9 MB a host with a single
     round in the same 120 steps (ssh, rendezvous, the first broadcast, and Horovod's
     coordination among all four workers, which with process sets sends more than the
     flat sync test's), and 4.8 to 5.7 MB with 24 rounds, with 1 ms cycles; 4.0 MB with
