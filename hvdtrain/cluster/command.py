@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from hvdtrain.cluster.faults import FORMAT, parse_faults
-from hvdtrain.cluster.requirements import check_all, check_image
+from hvdtrain.cluster.requirements import check_all, check_image, check_slurm
 from hvdtrain.cluster.topology import describe, host_names, plan_hosts
 from hvdtrain.errors import ConfigError
 
@@ -87,6 +87,13 @@ def add_parser(commands) -> None:
                         help="with --image: bind this folder at the same path in every "
                              "host's container, as docker run -v DIR:DIR (repeatable); put "
                              "run folders there to keep them after the run")
+    parser.add_argument("--slurm", action="store_true",
+                        help="run Slurm on the hosts: munged and slurmctld on h1, slurmd on "
+                             "every host, so COMMAND can sbatch, srun and squeue (Debian's "
+                             "slurm-wlm and munge)")
+    parser.add_argument("--slots", type=int, default=None, metavar="S",
+                        help="with --slurm: the CPUs (task slots) each host offers Slurm "
+                             "(default: 1)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                         help="what to run on h1")
     parser.set_defaults(handler=run)
@@ -105,7 +112,23 @@ def make_spec(args: argparse.Namespace, tools: dict[str, str], image: dict | Non
     return {"hosts": describe(hosts), "command": command, "tools": tools,
             "faults": [vars(f) for f in faults],
             "nic_counters": os.path.abspath(args.nic_counters) if args.nic_counters else None,
-            "image": image}
+            "image": image, "slurm": slurm_spec(args)}
+
+
+def slurm_spec(args: argparse.Namespace) -> dict | None:
+    """{"slots": S} for --slurm, after checking the options that go with it."""
+    if args.slots is not None and not args.slurm:
+        raise ConfigError(f"--slots needs --slurm: it is what each host offers Slurm "
+                          f"(got --slots {args.slots})")
+    if not args.slurm:
+        return None
+    if args.image:
+        raise ConfigError(f"--slurm runs this machine's Slurm daemons on the hosts, not in "
+                          f"containers: leave out --image {args.image}")
+    slots = 1 if args.slots is None else args.slots
+    if slots < 1:
+        raise ConfigError(f"--slots must be a positive integer, got {slots}")
+    return {"slots": slots}
 
 
 def namespace_command(spec: dict) -> list[str]:
@@ -134,6 +157,8 @@ def _init_of(unshare_pid: int) -> int | None:
 def run(args: argparse.Namespace) -> int:
     make_spec(args, {"unshare": "unshare"})  # check the options before the machine
     tools = check_all()
+    if args.slurm:
+        tools.update(check_slurm())
     spec = make_spec(args, tools, check_image(args.image, args.volume) if args.image else None)
     proc = subprocess.Popen(namespace_command(spec), preexec_fn=_die_with_parent)
 

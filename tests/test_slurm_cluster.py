@@ -1,0 +1,127 @@
+"""`hvdtrain cluster --slurm`: Slurm's configuration (pure), its options, and real jobs
+submitted with sbatch to slurmctld on emulated hosts (`make test-slurm`; root, slurm-wlm,
+munge). Every real run also checks that nothing of it is left: no namespace, mount,
+process, spool folder or munge key of the run, and no cgroup made by Slurm.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+from hvdtrain import cli
+from hvdtrain.cluster import command, requirements
+from hvdtrain.cluster.slurm import munged_command, node_states, slurm_conf
+from hvdtrain.cluster.topology import plan_hosts
+from hvdtrain.errors import ConfigError
+from test_cluster import RECORD_NAMESPACES, ROOT, TRAIN_OPTIONS, assert_nothing_left, needs_cluster, run_cluster
+
+TRAIN_SBATCH = os.path.join(ROOT, "launch", "slurm", "train.sbatch")
+
+
+# --- the configuration ---
+
+def test_slurm_conf_names_h1_the_controller_and_every_host_a_node_with_its_slots():
+    conf = slurm_conf(plan_hosts(3), 2, "/run/hvdtrain-cluster/slurm")
+    lines = conf.splitlines()
+    assert "SlurmctldHost=h1" in lines
+    assert [line for line in lines if line.startswith("NodeName=")] == [
+        f"NodeName=h{k} NodeAddr=198.18.0.{k} CPUs=2 State=UNKNOWN" for k in (1, 2, 3)]
+    # every file Slurm writes is in the run's folder, one spool per slurmd
+    paths = [line.split("=", 1)[1] for line in lines
+             if line.split("=")[0].endswith(("Location", "SpoolDir", "PidFile"))]
+    assert len(paths) == 4 and all(p.startswith("/run/hvdtrain-cluster/slurm/") for p in paths)
+    assert "SlurmdSpoolDir=/run/hvdtrain-cluster/slurm/%n" in lines
+
+
+def test_munged_keeps_its_key_seed_log_and_socket_in_the_runs_folders():
+    argv = munged_command("/usr/sbin/munged", "/run/hvdtrain-cluster/slurm")
+    files = [a.split("=", 1)[1] for a in argv if a.startswith("--") and "=" in a]
+    assert len(files) == 5 and all(f.startswith("/run/") for f in files)
+
+
+def test_sinfo_lines_become_each_nodes_state():
+    assert node_states("h1 idle\nh2 down*\nh2 down*\n\n") == {"h1": "idle", "h2": "down*"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--slots", "2"], "--slots needs --slurm: it is what each host offers Slurm (got --slots 2)"),
+    (["--slurm", "--slots", "0"], "--slots must be a positive integer, got 0"),
+    (["--slurm", "--image", "hvdtrain:cpu"], "--slurm runs this machine's Slurm daemons"),
+])
+def test_slurm_options_that_do_not_fit_are_one_line_naming_them(argv, message):
+    args = cli.build_parser().parse_args(["cluster", *argv, "--", "true"])
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        command.make_spec(args, {"unshare": "/usr/bin/unshare"})
+
+
+def test_slurm_spec_carries_the_slots_to_the_supervisor():
+    args = cli.build_parser().parse_args(["cluster", "--slurm", "--slots", "2", "--", "true"])
+    assert command.make_spec(args, {"unshare": "/usr/bin/unshare"})["slurm"] == {"slots": 2}
+    args = cli.build_parser().parse_args(["cluster", "--", "true"])
+    assert command.make_spec(args, {"unshare": "/usr/bin/unshare"})["slurm"] is None
+
+
+def test_without_slurmctld_the_slurm_cluster_names_the_package(monkeypatch, capsys):
+    monkeypatch.setattr(requirements, "find_tool", lambda name: None if name == "slurmctld" else f"/x/{name}")
+    monkeypatch.setattr(command, "check_all", lambda: {"unshare": "/x/unshare"})
+    assert cli.main(["cluster", "--slurm", "--", "true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hvdtrain: error: hvdtrain cluster --slurm needs slurmctld, which is not "
+                   "installed: it comes with slurm-wlm (apt-get install slurm-wlm, or "
+                   "`make setup-slurm` as root)"]
+
+
+# --- real jobs under slurmctld ---
+
+def _cannot_run_slurm() -> str | None:
+    try:
+        requirements.check_slurm()
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+needs_slurm = pytest.mark.skipif(_cannot_run_slurm() is not None,
+                                 reason=f"no Slurm here: {_cannot_run_slurm()}")
+
+
+def slurm_cgroups() -> set[str]:
+    return set(glob.glob("/sys/fs/cgroup/*/slurm*") + glob.glob("/sys/fs/cgroup/slurm*"))
+
+
+def submit_script(record: str) -> str:
+    """On h1: record the run's namespaces, show that Slurm refuses GPUs it does not have,
+    then sbatch --wait train.sbatch with the test's arguments, and print its output."""
+    return RECORD_NAMESPACES + (
+        'sbatch --gpus-per-node=8 --wrap true 2>&1; '
+        'sbatch --wait --nodes=3 --ntasks-per-node=2 "$@"; code=$?; '
+        'cat hvdtrain-*.out; exit $code')
+
+
+@needs_cluster
+@needs_slurm
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.slurm
+def test_slurm_runs_train_sbatch_as_shipped_six_workers_on_three_nodes_and_leaves_nothing(
+        tmp_path, idx_dataset_dir, monkeypatch):
+    cgroups = slurm_cgroups()
+    record, out = str(tmp_path / "namespaces.txt"), tmp_path / "run"
+    env = dict(os.environ, HVDTRAIN_HOME=ROOT)
+    hvd_flags = ["--network-interface", "eth0", "--start-timeout", "120"]
+    monkeypatch.chdir(tmp_path)  # sbatch's output file and SLURM_SUBMIT_DIR
+    result = run_cluster(["--hosts", "3", "--slots", "2", "--slurm", "--", "sh", "-c",
+                          submit_script(record), "sh", record, TRAIN_SBATCH, *hvd_flags, "--",
+                          *TRAIN_OPTIONS, "--data-dir", idx_dataset_dir, "--out", str(out)],
+                         timeout=900, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "sbatch: error: Invalid generic resource (gres) specification" in result.stdout
+    assert "train.sbatch: 6 workers on 3 nodes: h1 slots=2 h2 slots=2 h3 slots=2" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workers"] == 6 and summary["total_steps"] == 3
+    assert_nothing_left(record)
+    assert slurm_cgroups() == cgroups
