@@ -14,7 +14,7 @@ import pytest
 
 from hvdtrain import cli
 from hvdtrain.cluster import command, requirements
-from hvdtrain.cluster.slurm import munged_command, node_states, slurm_conf
+from hvdtrain.cluster.slurm import munged_command, slurm_conf
 from hvdtrain.cluster.topology import plan_hosts
 from hvdtrain.errors import ConfigError
 from test_cluster import RECORD_NAMESPACES, ROOT, TRAIN_OPTIONS, assert_nothing_left, needs_cluster, run_cluster
@@ -41,10 +41,6 @@ def test_munged_keeps_its_key_seed_log_and_socket_in_the_runs_folders():
     argv = munged_command("/usr/sbin/munged", "/run/hvdtrain-cluster/slurm")
     files = [a.split("=", 1)[1] for a in argv if a.startswith("--") and "=" in a]
     assert len(files) == 5 and all(f.startswith("/run/") for f in files)
-
-
-def test_sinfo_lines_become_each_nodes_state():
-    assert node_states("h1 idle\nh2 down*\nh2 down*\n\n") == {"h1": "idle", "h2": "down*"}
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -125,3 +121,26 @@ def test_slurm_runs_train_sbatch_as_shipped_six_workers_on_three_nodes_and_leave
     assert summary["workers"] == 6 and summary["total_steps"] == 3
     assert_nothing_left(record)
     assert slurm_cgroups() == cgroups
+
+
+@needs_cluster
+@needs_slurm
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_discovery_lists_the_allocations_usable_nodes_and_drops_drained_and_unreachable(tmp_path):
+    """launch/discover/slurm.sh inside salloc: all three nodes; without h3 once Slurm
+    drains it (sinfo, no reachability check); without h2 too once h2's NIC is down."""
+    record, flag = str(tmp_path / "namespaces.txt"), str(tmp_path / "pull-h2")
+    discover = os.path.join(ROOT, "launch", "discover", "slurm.sh")
+    inside = (f'bash {discover}; echo ---; '
+              'scontrol update nodename=h3 state=drain reason=discovery-test; '
+              f'HVDTRAIN_HOST_CHECK=none bash {discover}; echo ---; '
+              f'touch {flag}; sleep 1; bash {discover}')
+    script = RECORD_NAMESPACES + f"exec salloc -N3 --ntasks-per-node=2 sh -c '{inside}'"
+    result = run_cluster(["--hosts", "3", "--slots", "2", "--slurm",
+                          "--fault", f"when={flag} host=h2 action=down",
+                          "--", "sh", "-c", script, "sh", record], timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    blocks = [block.split() for block in result.stdout.split("---")]
+    assert blocks == [["h1:2", "h2:2", "h3:2"], ["h1:2", "h2:2"], ["h1:2"]]
+    assert_nothing_left(record)

@@ -21,6 +21,7 @@ import time
 
 from hvdtrain.cluster.nodes import on_host, sh
 from hvdtrain.cluster.topology import Host
+from hvdtrain.hosts import slurm_node_states
 
 CONTROLLER = "h1"
 PARTITION = "hosts"
@@ -96,16 +97,6 @@ def slurmd_command(slurmd: str) -> list[str]:
     return [slurmd, "-D"]
 
 
-def node_states(sinfo_output: str) -> dict[str, str]:
-    """`sinfo -h -N -o '%N %t'` -> {node: short state}; a node in two partitions counts once."""
-    states = {}
-    for line in sinfo_output.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            states[parts[0]] = parts[1]
-    return states
-
-
 class SlurmDaemons:
     """munged and slurmctld on h1, slurmd on every host, all children of the supervisor."""
 
@@ -151,7 +142,7 @@ class SlurmDaemons:
     def _idle(self) -> set[str]:
         result = subprocess.run(on_host(CONTROLLER, [self.tools["sinfo"], "-h", "-N", "-o", "%N %t"]),
                                 capture_output=True, text=True)
-        return {node for node, state in node_states(result.stdout).items() if state == "idle"}
+        return {node for node, state in slurm_node_states(result.stdout).items() if state == "idle"}
 
     def _wait_for(self, ready, what: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
