@@ -58,6 +58,13 @@ down/up take h3's NIC down or bring it back (restarting its sshd if it died), ki
 kills every process on h3, slow shapes its link to a new rate. The exit status is
 COMMAND's.
 
+  hvdtrain cluster --hosts 3 --slots 2 --slurm -- \\
+      sbatch --wait --nodes=3 --ntasks-per-node=2 launch/slurm/train.sbatch --epochs 1
+
+--slurm: munged and slurmctld on h1 and slurmd on every host (Debian's slurm-wlm and
+munge), with a slurm.conf naming h1..hN with --slots CPUs each, all on the run's tmpfs;
+COMMAND then submits, queues and allocates as on a real cluster.
+
   make image      # hvdtrain:cpu, from docker/Dockerfile.cpu
   hvdtrain cluster --hosts 2 --image hvdtrain:cpu --volume $PWD/shared -- \
       horovodrun -np 2 -H h1:1,h2:1 -p 2222 --gloo \
