@@ -9,9 +9,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import pytest
 
+from helpers import write_learnable_idx_dataset
 from hvdtrain import cli
 from hvdtrain.cluster import command, requirements
 from hvdtrain.cluster.slurm import munged_command, slurm_conf
@@ -144,3 +146,50 @@ def test_slurm_discovery_lists_the_allocations_usable_nodes_and_drops_drained_an
     blocks = [block.split() for block in result.stdout.split("---")]
     assert blocks == [["h1:2", "h2:2", "h3:2"], ["h1:2", "h2:2"], ["h1:2"]]
     assert_nothing_left(record)
+
+
+STEP_TIMEOUT = 20
+
+
+@needs_cluster
+@needs_slurm
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.slurm
+def test_slurm_job_losing_a_nodes_nic_ends_in_one_line_and_the_same_sbatch_resumes(
+        tmp_path, monkeypatch):
+    """h3's NIC is pulled once the job's first checkpoint exists: the job ends within the
+    step timeout, each surviving worker says so in one line, and Slurm marks h3 not
+    responding. h3's NIC back, its slurmd returns to service, and the same sbatch line
+    continues from the checkpoint."""
+    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=1152, test=256)
+    out, plug = tmp_path / "run", tmp_path / "plug-h3"
+    train = ["--model", "lenet", "--data-dir", data_dir, "--batch-size", "16", "--epochs", "3",
+             "--steps-per-epoch", "12", "--checkpoint-every", "6",
+             "--step-timeout", str(STEP_TIMEOUT), "--resume", "auto", "--out", str(out)]
+    submit = ("sbatch --wait --nodes=3 --ntasks-per-node=1 "
+              f'{TRAIN_SBATCH} --network-interface eth0 --start-timeout 120 -- "$@"')
+    script = (f'{submit}; echo "first=$?"; '
+              "until sinfo -h -N -n h3 -o %t | grep -q '[*]'; do sleep 1; done; "
+              "sinfo -h -N -n h3 -o 'h3 is %t'; "
+              f"touch {plug}; until sinfo -h -N -n h3 -o %t | grep -qx idle; do sleep 1; done; "
+              f'{submit}; echo "second=$?"; cat hvdtrain-*.out')
+    monkeypatch.chdir(tmp_path)
+    result = run_cluster(["--hosts", "3", "--slurm", "--link-rate", "1gbit",
+                          "--fault", f"when={out}/checkpoints/step-* host=h3 action=down",
+                          "--fault", f"when={plug} host=h3 action=up",
+                          "--", "sh", "-c", script, "sh", *train], timeout=1200,
+                         env=dict(os.environ, HVDTRAIN_HOME=ROOT))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "first=0" not in output, output[-4000:]
+    assert "second=0" in output and re.search(r"h3 is (idle|alloc|mix|comp|down)\*", output)
+    first = (tmp_path / "hvdtrain-1.out").read_text()
+    for rank in (0, 1):  # on h1 and h2: one line each, unless horovodrun ended them first
+        said = re.search(rf"\[{rank}\]<stderr>:hvdtrain: error: worker {rank} (lost a peer|"
+                         rf"waited more than {STEP_TIMEOUT} s)", first)
+        assert said or "Terminating remaining workers" in first, first[-3000:]
+        assert f"[{rank}]<stderr>:Traceback" not in first, first[-3000:]
+    second = (tmp_path / "hvdtrain-2.out").read_text()
+    assert f"resuming from {out}/checkpoints/step-0000000" in second, second[-3000:]
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["resumed_from_step"] >= 6 and resumed["total_steps"] == 36
