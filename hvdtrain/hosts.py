@@ -174,6 +174,27 @@ def slurm_hosts(nodelist: str, slots: int | None = None, ntasks_per_node: str | 
 
 # --- plain lists and hostfiles ---
 
+# Slurm node states (sinfo %t) in which a node of a running job can take workers: not
+# down, drained or draining, failing, completing, or not responding (a '*' suffix).
+USABLE_SLURM_STATES = ("alloc", "mix", "idle")
+
+
+def slurm_node_states(sinfo_output: str) -> dict[str, str]:
+    """`sinfo -h -N -o '%N %t'` -> {node: short state}; a node in two partitions counts once."""
+    states = {}
+    for line in sinfo_output.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    return states
+
+
+def usable_slurm_hosts(hosts: list[Host], sinfo_output: str) -> list[Host]:
+    """The hosts whose node Slurm reports usable, in their order."""
+    states = slurm_node_states(sinfo_output)
+    return [h for h in hosts if states.get(h.name) in USABLE_SLURM_STATES]
+
+
 def parse_host_entries(lines: Iterable[str], default_slots: int | None = None) -> list[Host]:
     """Hosts from `node1`, `node1:4`, `a,b c` or hostfile lines `node1 slots=4`.
 
@@ -306,6 +327,11 @@ def format_hostfile(hosts: list[Host]) -> str:
 def format_host_arg(hosts: list[Host]) -> str:
     """The value of horovodrun -H: `host:N,host:N`."""
     return ",".join(f"{h.name}:{h.slots}" for h in hosts)
+
+
+def format_discovery(hosts: list[Host]) -> str:
+    """What a Horovod elastic host-discovery script prints: one `host:N` line per host."""
+    return "".join(f"{h.name}:{h.slots}\n" for h in hosts)
 
 
 def total_slots(hosts: list[Host]) -> int:

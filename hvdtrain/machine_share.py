@@ -20,6 +20,9 @@ LOCAL_RANK, LOCAL_SIZE = "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"
 HOSTNAME = "HOROVOD_HOSTNAME"
 # Where Gloo's workers meet at Horovod's start: the same for every worker of one job.
 RENDEZVOUS = ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT")
+# What Open MPI's mpirun (and horovodrun --mpi, which runs it) sets instead of horovodrun's.
+OPEN_MPI = {RANK: "OMPI_COMM_WORLD_RANK", SIZE: "OMPI_COMM_WORLD_SIZE",
+            LOCAL_RANK: "OMPI_COMM_WORLD_LOCAL_RANK", LOCAL_SIZE: "OMPI_COMM_WORLD_LOCAL_SIZE"}
 # Set by `hvdtrain cluster` for its command: the emulated hosts are one machine.
 SHARED_MACHINE = "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE"
 
@@ -39,9 +42,19 @@ class MachineShare:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "MachineShare":
+        environ = with_launcher_names(environ)
         count, place = (SIZE, RANK) if hosts_share_one_machine(environ) else (LOCAL_SIZE, LOCAL_RANK)
         return cls(int(environ.get(count, "1")), int(environ.get(place, "0")),
                    int(environ.get(RANK, "0")))
+
+
+def with_launcher_names(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """`environ` with horovodrun's names filled in from Open MPI's where horovodrun set none:
+    under mpirun a worker knows its place before Horovod starts all the same."""
+    if RANK in environ or OPEN_MPI[RANK] not in environ:
+        return environ
+    return {**environ, **{ours: environ[theirs] for ours, theirs in OPEN_MPI.items()
+                          if theirs in environ}}
 
 
 def shares_the_machine(mine: Mapping[str, str], theirs: Mapping[str, str]) -> bool:

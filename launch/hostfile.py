@@ -39,9 +39,10 @@ class Failure(Exception):
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     out = common.add_argument_group("output and check")
-    out.add_argument("--format", choices=["hostfile", "H", "np"], default="hostfile",
+    out.add_argument("--format", choices=["hostfile", "H", "np", "discovery"], default="hostfile",
                      help="hostfile: 'host slots=N' lines; H: the horovodrun -H value; "
-                          "np: the total number of slots (default: hostfile)")
+                          "np: the total number of slots; discovery: 'host:N' lines, as "
+                          "an elastic job's host-discovery script prints (default: hostfile)")
     out.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     out.add_argument("--check", choices=["none", "tcp", "ssh"], default="none",
                      help="before printing, check that every host answers: tcp connects "
@@ -50,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ssh port to check (default: 22 for tcp, ssh's own for ssh)")
     out.add_argument("--timeout", type=float, default=3.0,
                      help="seconds to wait for each host (default: 3)")
+    out.add_argument("--answering", action="store_true",
+                     help="with --check: list only the hosts that answer instead of failing "
+                          "(a discovery script, launch/discover/)")
     out.add_argument("--wait", type=float, default=0.0,
                      help="keep re-checking hosts that fail for up to this many seconds "
                           "(instances or pods still starting; default: 0)")
@@ -69,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--slots", default=None,
                        help="slots per node (default: $SLURM_NTASKS_PER_NODE, "
                             "else $SLURM_TASKS_PER_NODE)")
+    slurm.add_argument("--responding", action="store_true",
+                       help="only the nodes sinfo reports usable (allocated, mixed or idle; "
+                            "not down, drained or not responding)")
 
     aws = sources.add_parser("aws", parents=[common],
                              help="running EC2 instances, by tag or ParallelCluster name")
@@ -108,8 +115,21 @@ def hosts_from_slurm(args) -> list[H.Host]:
     nodelist = args.nodelist or os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not nodelist:
         raise H.HostError("SLURM_JOB_NODELIST is not set: run inside a Slurm allocation or pass --nodelist")
-    return H.slurm_hosts(nodelist, args.slots, os.environ.get("SLURM_NTASKS_PER_NODE"),
-                         os.environ.get("SLURM_TASKS_PER_NODE"))
+    hosts = H.slurm_hosts(nodelist, args.slots, os.environ.get("SLURM_NTASKS_PER_NODE"),
+                          os.environ.get("SLURM_TASKS_PER_NODE"))
+    return responding(hosts, nodelist) if args.responding else hosts
+
+
+def responding(hosts: list[H.Host], nodelist: str) -> list[H.Host]:
+    """The hosts whose node slurmctld reports usable now (sinfo asks it)."""
+    if shutil.which("sinfo") is None:
+        raise Failure("--responding needs Slurm's sinfo, which is not on PATH")
+    result = subprocess.run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N %t"], check=False,
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines() or [f"exit code {result.returncode}"]
+        raise Failure(f"sinfo failed: {lines[-1]}")
+    return H.usable_slurm_hosts(hosts, result.stdout)
 
 
 def hosts_from_aws(args) -> list[H.Host]:
@@ -135,9 +155,10 @@ def hosts_from_aws(args) -> list[H.Host]:
 SOURCES = {"list": hosts_from_list, "slurm": hosts_from_slurm, "aws": hosts_from_aws}
 
 
-def check(hosts: list[H.Host], args) -> None:
+def check(hosts: list[H.Host], args) -> list[H.Host]:
+    """The hosts, once every one answers; with --answering, the ones that answer."""
     if args.check == "none":
-        return
+        return hosts
     if args.timeout <= 0:
         raise H.HostError(f"--timeout must be positive, got {args.timeout:g}")
     if args.check == "tcp":
@@ -146,10 +167,13 @@ def check(hosts: list[H.Host], args) -> None:
     else:
         probe, what = ssh_probe(args.port, args.timeout), "ssh -o BatchMode=yes"
     failed = unreachable([h.name for h in hosts], probe, wait=args.wait)
+    if args.answering:
+        return [h for h in hosts if h.name not in failed]
     if failed:
         lines = [f"{len(failed)} of {len(hosts)} hosts do not answer ({what}):"]
         lines += [f"  {host}: {why}" for host, why in failed.items()]
         raise Failure("\n".join(lines))
+    return hosts
 
 
 def render(hosts: list[H.Host], fmt: str) -> str:
@@ -157,6 +181,8 @@ def render(hosts: list[H.Host], fmt: str) -> str:
         return H.format_host_arg(hosts) + "\n"
     if fmt == "np":
         return f"{H.total_slots(hosts)}\n"
+    if fmt == "discovery":
+        return H.format_discovery(hosts)
     return H.format_hostfile(hosts)
 
 
@@ -164,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         hosts = SOURCES[args.source](args)
-        check(hosts, args)
+        hosts = check(hosts, args)
     except H.HostError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code

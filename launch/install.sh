@@ -65,17 +65,10 @@ fi
 # --- sshd for `hvdtrain cluster` (emulated hosts reached over ssh; started only there) ---
 if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
     say "sshd missing; installing openssh-server for hvdtrain cluster"
-    # The cluster starts an sshd inside each emulated host; the machine's own sshd must
-    # not start (nor open port 22) because we installed the package. Debian's maintainer
-    # scripts ask policy-rc.d; exit 101 means "do not start services". Only while we install.
-    policy=/usr/sbin/policy-rc.d
-    made_policy=0
-    if [ ! -e "$policy" ] && as_root true; then
-        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy" && made_policy=1
-    fi
-    apt_install openssh-server \
+    # Installed without starting it: the cluster starts an sshd inside each emulated
+    # host, and the machine's own must not open port 22 because we installed the package.
+    bash "$LAUNCH_DIR/install-packages.sh" openssh-server \
         || say "could not install it (not root?): run 'sudo apt-get install -y openssh-server' to use hvdtrain cluster"
-    if [ "$made_policy" = 1 ]; then rm -f "$policy"; fi
 fi
 
 # --- build tools: Horovod's bundled Gloo does not build with CMake 4 ---

@@ -25,6 +25,16 @@ def test_on_emulated_hosts_the_whole_jobs_workers_share_the_machine():
     assert MachineShare.from_environ(SHARED) == MachineShare(workers=32, index=5, rank=5)
 
 
+def test_under_mpirun_open_mpis_names_give_the_workers_place_before_horovod_starts():
+    mpi = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "32",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    assert MachineShare.from_environ(mpi) == MachineShare(workers=4, index=1, rank=5)
+    assert MachineShare.from_environ({**mpi, "HVDTRAIN_HOSTS_SHARE_ONE_MACHINE": "1"}) == \
+        MachineShare(workers=32, index=5, rank=5)
+    # horovodrun's own names win where both are set
+    assert MachineShare.from_environ({**WORKER, **mpi, "HOROVOD_RANK": "7"}).rank == 7
+
+
 def test_a_process_shares_the_machine_if_it_is_a_worker_of_the_same_job_and_host():
     assert shares_the_machine(WORKER, {**WORKER, "HOROVOD_RANK": "4"})
     assert not shares_the_machine(WORKER, {**WORKER, "HOROVOD_HOSTNAME": "h3"})

@@ -12,7 +12,7 @@ import sys
 
 from hvdtrain.cluster.cgroups import removed_after_the_run, run_parent
 from hvdtrain.cluster.faults import FORMAT, parse_faults
-from hvdtrain.cluster.requirements import check_all, check_image
+from hvdtrain.cluster.requirements import check_all, check_image, check_slurm
 from hvdtrain.cluster.topology import describe, host_names, plan_hosts
 from hvdtrain.errors import ConfigError
 
@@ -59,6 +59,13 @@ down/up take h3's NIC down or bring it back (restarting its sshd if it died), ki
 kills every process on h3, slow shapes its link to a new rate. The exit status is
 COMMAND's.
 
+  hvdtrain cluster --hosts 3 --slots 2 --slurm -- \\
+      sbatch --wait --nodes=3 --ntasks-per-node=2 launch/slurm/train.sbatch --epochs 1
+
+--slurm: munged and slurmctld on h1 and slurmd on every host (Debian's slurm-wlm and
+munge), with a slurm.conf naming h1..hN with --slots CPUs each, all on the run's tmpfs;
+COMMAND then submits, queues and allocates as on a real cluster.
+
   make image      # hvdtrain:cpu, from docker/Dockerfile.cpu
   hvdtrain cluster --hosts 2 --image hvdtrain:cpu --volume $PWD/shared -- \
       horovodrun -np 2 -H h1:1,h2:1 -p 2222 --gloo \
@@ -88,6 +95,13 @@ def add_parser(commands) -> None:
                         help="with --image: bind this folder at the same path in every "
                              "host's container, as docker run -v DIR:DIR (repeatable); put "
                              "run folders there to keep them after the run")
+    parser.add_argument("--slurm", action="store_true",
+                        help="run Slurm on the hosts: munged and slurmctld on h1, slurmd on "
+                             "every host, so COMMAND can sbatch, srun and squeue (Debian's "
+                             "slurm-wlm and munge)")
+    parser.add_argument("--slots", type=int, default=None, metavar="S",
+                        help="with --slurm: the CPUs (task slots) each host offers Slurm "
+                             "(default: 1)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                         help="what to run on h1")
     parser.set_defaults(handler=run)
@@ -106,7 +120,23 @@ def make_spec(args: argparse.Namespace, tools: dict[str, str], image: dict | Non
     return {"hosts": describe(hosts), "command": command, "tools": tools,
             "faults": [vars(f) for f in faults],
             "nic_counters": os.path.abspath(args.nic_counters) if args.nic_counters else None,
-            "image": image}
+            "image": image, "slurm": slurm_spec(args)}
+
+
+def slurm_spec(args: argparse.Namespace) -> dict | None:
+    """{"slots": S} for --slurm, after checking the options that go with it."""
+    if args.slots is not None and not args.slurm:
+        raise ConfigError(f"--slots needs --slurm: it is what each host offers Slurm "
+                          f"(got --slots {args.slots})")
+    if not args.slurm:
+        return None
+    if args.image:
+        raise ConfigError(f"--slurm runs this machine's Slurm daemons on the hosts, not in "
+                          f"containers: leave out --image {args.image}")
+    slots = 1 if args.slots is None else args.slots
+    if slots < 1:
+        raise ConfigError(f"--slots must be a positive integer, got {slots}")
+    return {"slots": slots}
 
 
 def namespace_command(spec: dict) -> list[str]:
@@ -145,6 +175,8 @@ def _image(args: argparse.Namespace) -> dict | None:
 def run(args: argparse.Namespace) -> int:
     make_spec(args, {"unshare": "unshare"})  # check the options before the machine
     tools = check_all()
+    if args.slurm:
+        tools.update(check_slurm())
     spec = make_spec(args, tools, _image(args))
     with removed_after_the_run((spec["image"] or {}).get("cgroup_parent")):
         return _run_in_namespaces(spec)

@@ -26,6 +26,14 @@ TOOLS = {
     "ssh-keygen": "openssh-client (apt-get install openssh-client)",
     "sshd": "openssh-server (apt-get install openssh-server, or `make setup` as root)",
 }
+# --slurm: Debian's slurm-wlm (slurmctld, slurmd and the client commands) and munge.
+SLURM_TOOLS = {
+    "munged": "munge (apt-get install munge, or `make setup-slurm` as root)",
+    "slurmctld": "slurm-wlm (apt-get install slurm-wlm, or `make setup-slurm` as root)",
+    "slurmd": "slurm-wlm (apt-get install slurm-wlm, or `make setup-slurm` as root)",
+    "sinfo": "slurm-client (apt-get install slurm-wlm, or `make setup-slurm` as root)",
+    "sbatch": "slurm-client (apt-get install slurm-wlm, or `make setup-slurm` as root)",
+}
 # sshd lives in sbin, which a user's PATH may lack.
 SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
@@ -56,16 +64,20 @@ def check_capabilities() -> None:
                           "make private network, mount and PID namespaces: run it with sudo")
 
 
-def check_tools() -> dict[str, str]:
+def check_tools(tools: dict[str, str] = TOOLS, what: str = "hvdtrain cluster") -> dict[str, str]:
     """{program: its path} for every program the cluster runs, or one line for the first missing."""
     found = {}
-    for name, package in TOOLS.items():
+    for name, package in tools.items():
         path = find_tool(name)
         if path is None:
-            raise ConfigError(f"hvdtrain cluster needs {name}, which is not installed: "
+            raise ConfigError(f"{what} needs {name}, which is not installed: "
                               f"it comes with {package}")
         found[name] = path
     return found
+
+
+def check_slurm() -> dict[str, str]:
+    return check_tools(SLURM_TOOLS, "hvdtrain cluster --slurm")
 
 
 def check_namespaces(unshare: str) -> None:

@@ -21,8 +21,9 @@ import sys
 import threading
 import time
 
-from hvdtrain.cluster.emulated import EmulatedCluster
+from hvdtrain.cluster.emulated import STATE, EmulatedCluster
 from hvdtrain.cluster.faults import Fault
+from hvdtrain.cluster.slurm import SlurmDaemons
 from hvdtrain.cluster.topology import Host
 from hvdtrain.files import write_json
 from hvdtrain.machine_share import SHARED_MACHINE
@@ -86,10 +87,14 @@ def supervise(spec: dict) -> int:
     faults = [Fault(**f) for f in spec["faults"]]
     cluster = EmulatedCluster(hosts, spec["tools"], spec.get("image"))
     cluster.build()
-    before = _counters(cluster)
     image = f" running {spec['image']['image']}" if spec.get("image") else ""
-    print(f"hvdtrain cluster: {len(hosts)} hosts up ({', '.join(h.name for h in hosts)}){image}; "
-          f"running on {LAUNCHER}: {' '.join(spec['command'])}", file=sys.stderr, flush=True)
+    print(f"hvdtrain cluster: {len(hosts)} hosts up ({', '.join(h.name for h in hosts)}){image}",
+          file=sys.stderr, flush=True)
+    if spec.get("slurm"):
+        _start_slurm(spec["tools"], hosts, spec["slurm"]["slots"])
+    before = _counters(cluster)
+    print(f"hvdtrain cluster: running on {LAUNCHER}: {' '.join(spec['command'])}",
+          file=sys.stderr, flush=True)
     # The hosts are one machine: workers size their share of it by the whole job's count
     # (horovodrun passes the variable on to every worker, over ssh too).
     os.environ[SHARED_MACHINE] = "1"
@@ -105,6 +110,14 @@ def supervise(spec: dict) -> int:
     if spec.get("nic_counters"):
         _write_counters(spec["nic_counters"], before, _counters(cluster))
     return code if code >= 0 else 128 - code
+
+
+def _start_slurm(tools: dict[str, str], hosts: list[Host], slots: int) -> None:
+    slurm = SlurmDaemons(tools, STATE)
+    slurm.prepare(hosts, slots)
+    slurm.start(hosts)
+    print(f"hvdtrain cluster: Slurm up: slurmctld on {hosts[0].name}, {slots} slots on each of "
+          f"{len(hosts)} nodes", file=sys.stderr, flush=True)
 
 
 def _forward_signals(command) -> None:
