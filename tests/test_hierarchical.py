@@ -156,12 +156,13 @@ def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, messa
     (None, 40, 20, False),        # the default, 40/hosts:5: never below 5 steps
     (1, 8, 2, True),              # the weights and momentum between the hosts every step
     (1, 8, 1, False),             # one host: no round crosses hosts
-])
+])  # with --average-optimizer-state: a round of the weights alone costs half
 def test_rank_0_warns_when_hierarchical_rounds_move_as_many_bytes_between_hosts_as_sync(
         n_sync, workers, hosts, warns):
     from hvdtrain.training.world import costly_period_warning
 
-    cfg = load_config(None, dict(mode="local", hierarchical_sgd=True, n_sync=n_sync))
+    cfg = load_config(None, dict(mode="local", hierarchical_sgd=True, n_sync=n_sync,
+                                 average_optimizer_state=True))
     warning = costly_period_warning(cfg, workers, hosts)
     assert (warning is not None) == warns
     if n_sync == "40/hosts" and warns:
