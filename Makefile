@@ -1,7 +1,12 @@
 # Two commands on a fresh machine: `make demo` (a short two-worker training) and `make test`.
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.hvdtrain-installed
+# GPU=1: tensorflow[and-cuda] and Horovod with NCCL (launch/install.sh). The stamp names
+# the flavour, so `GPU=1 make setup` after a CPU setup installs again (GPU=0 goes back);
+# unset, GPU keeps the flavour the venv has.
+GPU ?= $(if $(wildcard $(VENV)/.hvdtrain-installed-gpu),1,0)
+FLAVOUR := $(if $(filter 1,$(GPU)),gpu,cpu)
+STAMP := $(VENV)/.hvdtrain-installed-$(FLAVOUR)
 WORKERS ?= 2
 EPOCHS ?= 2
 VERBOSE ?= $(HVDTRAIN_VERBOSE)
@@ -11,7 +16,8 @@ VERBOSE ?= $(HVDTRAIN_VERBOSE)
 setup: $(STAMP)
 
 $(STAMP): launch/install.sh launch/quiet-horovodrun.sh $(wildcard launch/patches/*.patch) setup.cfg pyproject.toml
-	bash launch/install.sh $(VENV)
+	GPU=$(GPU) bash launch/install.sh $(VENV)
+	rm -f $(VENV)/.hvdtrain-installed*
 	touch $@
 
 # The main job: synchronous data parallelism over WORKERS processes on Fashion-MNIST,
@@ -48,7 +54,7 @@ test-cluster: setup
 # packages, which it also falls back to where no image registry answers. About 6 minutes
 # the first time here (6.2 measured: docker/README.md), seconds after.
 image:
-	BASE=$(BASE) bash launch/image.sh
+	BASE=$(BASE) GPU=$(GPU) bash launch/image.sh
 
 # The image as the hosts of an emulated cluster (root, podman): builds it first (cached),
 # from Debian's packages. CI runs it after test-cluster; skipped, with the reason, elsewhere.

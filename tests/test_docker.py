@@ -308,3 +308,30 @@ def test_a_pull_that_cannot_be_worked_around_is_refused_in_one_line(tmp_path, pu
     result, calls = run_image_script(tmp_path, pull_error=pull_error)
     assert (result.returncode, result.stderr) == (2, f"image: error: {reason}\n")
     assert not any(" build " in f" {call} " for call in calls)
+
+
+# --- `make setup`'s flavour: CPU, or GPU=1 ---
+
+def make_setup_dry_run(venv, **env) -> str:
+    """What `make setup` would run for `venv` (make -n: nothing is run)."""
+    environ = {k: v for k, v in os.environ.items() if k != "GPU"}
+    result = subprocess.run(["make", "-n", "setup", f"VENV={venv}"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env=dict(environ, **env), check=True)
+    return result.stdout
+
+
+@pytest.mark.parametrize("installed, gpu, installs", [
+    ("cpu", "1", "GPU=1 bash launch/install.sh"),   # GPU=1 after a CPU setup: the GPU build
+    ("cpu", None, None),                            # up to date
+    ("gpu", None, None),                            # unset GPU keeps the venv's flavour
+    ("gpu", "0", "GPU=0 bash launch/install.sh"),   # and GPU=0 goes back
+])
+def test_make_setup_installs_again_when_gpu_changes_the_flavour(tmp_path, installed, gpu, installs):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / f".hvdtrain-installed-{installed}").touch()  # newer than every prerequisite
+    ran = make_setup_dry_run(venv, **({"GPU": gpu} if gpu is not None else {}))
+    if installs is None:
+        assert "install.sh" not in ran, ran
+    else:
+        assert f"{installs} {venv}" in ran, ran
