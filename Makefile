@@ -4,8 +4,8 @@ BIN := $(VENV)/bin
 # GPU=1: tensorflow[and-cuda] and Horovod with NCCL (launch/install.sh). The stamp names
 # the flavour, so `GPU=1 make setup` after a CPU setup installs again (GPU=0 goes back);
 # unset, GPU keeps the flavour the venv has.
-GPU ?= $(if $(wildcard $(VENV)/.hvdtrain-installed-gpu),1,0)
-FLAVOUR := $(if $(filter 1,$(GPU)),gpu,cpu)
+VENV_FLAVOUR := $(if $(wildcard $(VENV)/.hvdtrain-installed-gpu),gpu,cpu)
+FLAVOUR := $(if $(GPU),$(if $(filter 1,$(GPU)),gpu,cpu),$(VENV_FLAVOUR))
 STAMP := $(VENV)/.hvdtrain-installed-$(FLAVOUR)
 WORKERS ?= 2
 EPOCHS ?= 2
@@ -16,7 +16,7 @@ VERBOSE ?= $(HVDTRAIN_VERBOSE)
 setup: $(STAMP)
 
 $(STAMP): launch/install.sh launch/quiet-horovodrun.sh $(wildcard launch/patches/*.patch) setup.cfg pyproject.toml
-	GPU=$(GPU) bash launch/install.sh $(VENV)
+	GPU=$(if $(filter gpu,$(FLAVOUR)),1,0) bash launch/install.sh $(VENV)
 	rm -f $(VENV)/.hvdtrain-installed*
 	touch $@
 
