@@ -75,7 +75,9 @@ def test_images_install_through_launch_install_sh_and_nothing_else(path):
     assert not [run for run in steps if re.search(r"\bpip3? install\b", run)]
     # The first layer needs the Horovod patches too: install.sh reads them from the
     # folder next to it.
-    copies = [i["value"] for i in instructions(path) if i["instruction"] == "COPY"]
+    # (The GPU image's first stage also copies launch/nvcc-cu12.sh, which makes its nvcc.)
+    copies = [i["value"] for i in instructions(path) if i["instruction"] == "COPY"
+              and not i["value"].startswith("--from=") and "nvcc-cu12" not in i["value"]]
     assert copies == ["launch/install.sh launch/install.sh", "launch/patches/ launch/patches/",
                       ". ."]
     assert os.path.isfile(os.path.join(ROOT, "launch", "install.sh"))
@@ -114,21 +116,41 @@ def test_gpu_image_builds_horovod_with_nccl_and_mpi_on_cuda_12_5_and_python_3_12
     path = os.path.join(ROOT, "docker", "Dockerfile.gpu")
     args = build_args(path)
     # TensorFlow 2.21 is built for CUDA 12.5 (cuDNN 9.3 comes with its and-cuda extra);
-    # Ubuntu 24.04 ships Python 3.12.
+    # Ubuntu 24.04 ships Python 3.12. The image is the second stage, on a base without nvcc.
     assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-devel-ubuntu24\.04", args["BASE_IMAGE"])
+    assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-base-ubuntu24\.04", args["RUNTIME_IMAGE"])
     assert args["PYTHON_VERSION"] == "3.12"
     assert args["EFA"] == "0" and args["EFA_INSTALLER_VERSION"] and args["AWS_OFI_NCCL_VERSION"]
     # V100 (p3), A100 (p4d) and H100 (p5) must be among the compiled GPU generations.
     assert {"70", "80", "90"} <= set(args["CUDA_CC_LIST"].split(","))
-    for run in runs(path):
-        if INSTALL_RUN.search(run):
-            assert "GPU=1" in run and "MPI=1" in run
-            assert 'HOROVOD_BUILD_CUDA_CC_LIST="$CUDA_CC_LIST"' in run
+    installs = [run for run in runs(path) if INSTALL_RUN.search(run)]
+    for run in installs:
+        assert "GPU=1" in run and "MPI=1" in run
+    assert 'HOROVOD_BUILD_CUDA_CC_LIST="$CUDA_CC_LIST"' in installs[0]
+    # The image's stage installs hvdtrain only (it has no compiler to build Horovod with).
+    assert "CODE_ONLY=1" in installs[1]
     apt = " ".join(runs(path))
     for package in ("openmpi-bin", "libopenmpi-dev", "openssh-server", "openssh-client"):
         assert package in apt
     efa = next(run for run in runs(path) if "efa_installer.sh" in run)
     assert efa.startswith('if [ "$EFA" = 1 ]') and "aws-ofi-nccl" in efa
+
+
+def test_the_gpu_images_last_stage_installs_no_compiler_and_takes_only_the_built_venv():
+    stages, current = [], None
+    for i in instructions(os.path.join(ROOT, "docker", "Dockerfile.gpu")):
+        if i["instruction"] == "FROM":
+            current = {"from": i["value"], "runs": [], "copies": []}
+            stages.append(current)
+        elif current is not None and i["instruction"] in ("RUN", "COPY"):
+            current["runs" if i["instruction"] == "RUN" else "copies"].append(i["value"])
+    assert [stage["from"] for stage in stages] == ["${BASE_IMAGE} AS build", "${RUNTIME_IMAGE}"]
+    final = stages[1]
+    assert not re.search(r"\b(g\+\+|gcc|make|cmake|clang|[\w.${}]+-dev)\b", " ".join(final["runs"]))
+    assert [c for c in final["copies"] if c.startswith("--from=build")] == [
+        "--from=build /opt/aws-ofi-nccl /opt/aws-ofi-nccl", "--from=build /opt/venv /opt/venv"]
+    # The CUDA stub is mounted for the checks that may load it, never copied.
+    assert all("/opt/cuda-stub" not in c for c in final["copies"])
 
 
 def left_out_of_the_build_context(path: str) -> bool:
@@ -335,3 +357,32 @@ def test_make_setup_installs_again_when_gpu_changes_the_flavour(tmp_path, instal
         assert "install.sh" not in ran, ran
     else:
         assert f"{installs} {venv}" in ran, ran
+
+
+def test_gpu_1_builds_the_gpu_image_with_both_stages_on_the_debian_base(tmp_path):
+    result, calls = run_image_script(tmp_path, mmdebstrap_exit=0, GPU="1", BASE="debootstrap")
+    assert result.returncode == 0, result.stderr
+    (build,) = [call for call in calls if " build " in f" {call} "]
+    assert f"-f {ROOT}/docker/Dockerfile.gpu -t hvdtrain:gpu" in build
+    for arg in ("BASE_IMAGE=localhost/hvdtrain-base:bookworm",
+                "RUNTIME_IMAGE=localhost/hvdtrain-base:bookworm", "PYTHON_VERSION=3.11",
+                "DEBIAN_MIRROR=http://deb.debian.org/debian"):
+        assert f"--build-arg {arg}" in build
+
+
+def test_gpu_without_a_registry_says_which_cuda_image_it_could_not_pull(tmp_path):
+    result, calls = run_image_script(tmp_path, mmdebstrap_exit=0, GPU="1")
+    assert result.returncode == 0, result.stderr
+    assert ("image: no image registry answers (pulling nvidia/cuda:12.5.1-devel-ubuntu24.04: "
+            "Error: initializing source") in result.stdout
+    assert [call for call in calls if " build " in f" {call} "]
+
+
+def test_install_script_code_only_refuses_a_venv_without_tensorflow_and_horovod(tmp_path):
+    result = subprocess.run(["bash", "launch/install.sh", str(tmp_path / "venv")], cwd=ROOT,
+                            env=dict(os.environ, GPU="1", CODE_ONLY="1"), capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"install: error: CODE_ONLY=1 needs a VENV with TensorFlow and Horovod: {tmp_path}/venv "
+        "has no bin/python")

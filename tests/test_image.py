@@ -66,8 +66,8 @@ def podman_run(image: str, *command: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def cluster(volume, *command: str, hosts: int = 2, extra=()) -> list[str]:
-    return [HVDTRAIN, "cluster", "--hosts", str(hosts), "--link-rate", "1gbit", "--image", IMAGE,
+def cluster(volume, *command: str, hosts: int = 2, extra=(), image: str = IMAGE) -> list[str]:
+    return [HVDTRAIN, "cluster", "--hosts", str(hosts), "--link-rate", "1gbit", "--image", image,
             "--volume", str(volume), *extra, "--", *command]
 
 
@@ -107,6 +107,10 @@ def test_the_docker_readme_recipe_trains_across_two_containers_and_leaves_the_ru
 
 
 def test_sync_and_local_jobs_across_containers_end_in_consensus(image, tmp_path):
+    sync_and_local_jobs_end_in_consensus(image, tmp_path)
+
+
+def sync_and_local_jobs_end_in_consensus(image: str, tmp_path) -> None:
     """Each rank's own weights, written by the test worker (run from the volume, with the
     image's hvdtrain): every rank holds the same at the end of each run."""
     worker = tmp_path / "train_worker.py"
@@ -116,7 +120,7 @@ def test_sync_and_local_jobs_across_containers_end_in_consensus(image, tmp_path)
     runs = [{"name": name, "config": dict(tiny, **cfg, out=str(tmp_path / f"run-{name}"))}
             for name, cfg in modes.items()]
     result = subprocess.run(cluster(tmp_path, *horovodrun(2, "python", str(worker), str(tmp_path),
-                                                          json.dumps(runs))),
+                                                          json.dumps(runs)), image=image),
                             capture_output=True, text=True, timeout=600, env=_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for name in modes:
