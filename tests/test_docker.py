@@ -386,3 +386,22 @@ def test_install_script_code_only_refuses_a_venv_without_tensorflow_and_horovod(
     assert result.stderr.strip().splitlines()[-1] == (
         f"install: error: CODE_ONLY=1 needs a VENV with TensorFlow and Horovod: {tmp_path}/venv "
         "has no bin/python")
+
+
+def test_a_gpu_install_into_a_cpu_venv_removes_tensorflow_cpu_before_installing_tensorflow(tmp_path):
+    """GPU=1 make setup after a CPU one: tensorflow-cpu and tensorflow are one package
+    under two names, and would overwrite each other's files. (pip is a stand-in that logs.)"""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    (venv / "bin" / "pip").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/pip.log\n'
+                                      '[ "$1 $3" = "show tensorflow-cpu" ] || [ "$1" != show ]\n')
+    (venv / "bin" / "pip").chmod(0o755)
+    nccl = tmp_path / "nccl" / "include"
+    nccl.mkdir(parents=True)
+    (nccl / "nccl.h").touch()
+    run_install(tmp_path, HOROVOD_CUDA_HOME=str(fake_cuda(tmp_path / "cuda", "12.5")),
+                HOROVOD_NCCL_HOME=str(nccl.parent))
+    pip = (tmp_path / "pip.log").read_text().splitlines()
+    assert pip[:3] == ["show -q tensorflow-cpu", "uninstall -q -y tensorflow-cpu",
+                       "install -q tensorflow[and-cuda]==2.21.0"]
