@@ -1,7 +1,7 @@
 """The GPU image built here (`make image GPU=1 BASE=debootstrap`) and run on CPU: what it
 was built with, that its final stage holds no compiler, and docker/README.md's
-multi-node recipe with it as the hosts of an emulated cluster (`make test-image`; root
-and podman).
+multi-node recipe with it as the hosts of an emulated cluster (`make test-image-gpu`,
+not `make test-image`: its first build is too long for CI's budget; root and podman).
 
 The module's fixture builds hvdtrain:gpu with `launch/image.sh`: the first time from
 scratch (Horovod compiles its CUDA kernels; about half an hour here), then from the
@@ -24,7 +24,7 @@ IMAGE = os.environ.get("HVDTRAIN_TEST_GPU_IMAGE", "hvdtrain:gpu")
 
 pytestmark = [pytest.mark.skipif(_cannot_run_images() is not None,
                                  reason=f"cannot run the image here: {_cannot_run_images()}"),
-              pytest.mark.image, pytest.mark.slow, pytest.mark.multiprocess,
+              pytest.mark.image_gpu, pytest.mark.slow, pytest.mark.multiprocess,
               pytest.mark.timeout(3600)]  # the first build compiles Horovod for CUDA
 
 
