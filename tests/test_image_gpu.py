@@ -10,14 +10,16 @@ engine's layer cache in seconds. There is no GPU: the checks are those that need
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
-from test_image import (TRAIN, _cannot_run_images, _env, _run_containers_left, cluster, horovodrun,
-                        podman_run, sync_and_local_jobs_end_in_consensus)
+from test_image import (TRAIN, _cannot_run_images, _env, _machine_containers, _run_containers_left,
+                        cluster, horovodrun, podman_run, sync_and_local_jobs_end_in_consensus)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.environ.get("HVDTRAIN_TEST_GPU_IMAGE", "hvdtrain:gpu")
@@ -35,6 +37,36 @@ def image() -> str:
                            env=dict(_env(), BASE="debootstrap", GPU="1", IMAGE=IMAGE))
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return IMAGE
+
+
+def _idle_container_cgroups() -> set[str]:
+    """Container cgroups (podman's cgroupfs manager names them libpod-ID) that hold no
+    process: what a container that is gone leaves if it leaks its cgroup."""
+    idle = set()
+    for folder in glob.glob("/sys/fs/cgroup/*/libpod_parent/libpod-*"):
+        try:
+            with open(os.path.join(folder, "cgroup.procs"), encoding="utf-8") as fh:
+                if not fh.read().strip():
+                    idle.add(folder)
+        except OSError:  # removed meanwhile
+            pass
+    return idle
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leaves_nothing():
+    """After the module: no container in the machine's store or of a run, no run mount,
+    and no container cgroup left by these tests (other users' containers come and go:
+    a new idle cgroup counts once it stays for 20 seconds)."""
+    containers, cgroups = _machine_containers(), _idle_container_cgroups()
+    yield
+    deadline = time.monotonic() + 20
+    while _idle_container_cgroups() - cgroups and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _idle_container_cgroups() - cgroups
+    assert _machine_containers() <= containers and not _run_containers_left()
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        assert "hvdtrain-cluster" not in fh.read()
 
 
 def in_image(image: str, script: str) -> subprocess.CompletedProcess:
