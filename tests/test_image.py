@@ -95,12 +95,18 @@ def test_the_image_passes_its_checks_and_keeps_no_ca_bundle(image):
 
 def test_the_docker_readme_recipe_trains_across_two_containers_and_leaves_the_run_on_the_host(
         image, tmp_path):
+    readme_recipe_trains_across_two_hosts(image, tmp_path)
+
+
+def readme_recipe_trains_across_two_hosts(image: str, tmp_path) -> None:
+    """docker/README.md's two-host job on hosts running `image`: the run folder is on the
+    volume afterwards, and no container of the run is left."""
     out = tmp_path / "run"
-    result = subprocess.run(cluster(tmp_path, *horovodrun(2, *TRAIN, "--epochs", "1",
-                                                           "--steps-per-epoch", "30", "--out", str(out))),
-                            capture_output=True, text=True, timeout=600, env=_env())
+    job = horovodrun(2, *TRAIN, "--epochs", "1", "--steps-per-epoch", "30", "--out", str(out))
+    result = subprocess.run(cluster(tmp_path, *job, image=image), capture_output=True, text=True,
+                            timeout=600, env=_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"running {IMAGE}" in result.stderr
+    assert f"running {image}" in result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["workers"], summary["total_steps"]) == (2, 30)
     assert not _run_containers_left()

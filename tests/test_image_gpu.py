@@ -18,8 +18,9 @@ import time
 
 import pytest
 
-from test_image import (TRAIN, _cannot_run_images, _env, _machine_containers, _run_containers_left,
-                        cluster, horovodrun, podman_run, sync_and_local_jobs_end_in_consensus)
+from test_image import (_cannot_run_images, _env, _machine_containers, _run_containers_left,
+                        podman_run, readme_recipe_trains_across_two_hosts,
+                        sync_and_local_jobs_end_in_consensus)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = os.environ.get("HVDTRAIN_TEST_GPU_IMAGE", "hvdtrain:gpu")
@@ -123,15 +124,7 @@ def test_the_gpu_image_passes_its_smoke_test_on_cpu_and_keeps_no_compiler(image)
 
 
 def test_the_docker_readme_recipe_runs_on_two_gpu_image_hosts_and_leaves_nothing(image, tmp_path):
-    out = tmp_path / "run"
-    job = horovodrun(2, *TRAIN, "--epochs", "1", "--steps-per-epoch", "30", "--out", str(out))
-    result = subprocess.run(cluster(tmp_path, *job, image=image), capture_output=True, text=True,
-                            timeout=600, env=_env())
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"running {image}" in result.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert (summary["workers"], summary["total_steps"]) == (2, 30)
-    assert not _run_containers_left()
+    readme_recipe_trains_across_two_hosts(image, tmp_path)
 
 
 def test_sync_and_local_jobs_across_gpu_image_hosts_end_in_consensus(image, tmp_path):
