@@ -45,9 +45,8 @@ def train_and_measure(precision: str, batch: int, steps: int) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     rates = worker_throughput(all_workers(timer.step_seconds), setup.window, batch)
-    gpus = tf.config.list_logical_devices("GPU")
-    details = tf.config.experimental.get_device_details(
-        tf.config.list_physical_devices("GPU")[0]) if gpus else {}
+    mine = tf.config.get_visible_devices("GPU")  # the worker's own GPU, once pinned
+    details = tf.config.experimental.get_device_details(mine[0]) if mine else {}
     # Where the weights live, read as a tensor: GPU:0 of a pinned worker, else CPU:0.
     on_gpu = "GPU" in tf.convert_to_tensor(model.trainable_variables[0]).device
     return {**rates, "batch_per_gpu": batch, "gpu_name": details.get("device_name", "no GPU"),
