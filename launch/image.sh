@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds hvdtrain's CPU image (docker/Dockerfile.cpu) with podman or docker, whichever runs
-# here; `make image` calls it. The build ends with the Dockerfile's own checks
+# Builds hvdtrain's CPU image (docker/Dockerfile.cpu), or with GPU=1 its GPU image
+# (docker/Dockerfile.gpu), with podman or docker, whichever runs here; `make image` calls it. The build ends with the Dockerfile's own checks
 # (horovodrun --check-build and the one- and two-worker smoke tests) inside the image.
 #
 #   bash launch/image.sh                     IMAGE=hvdtrain:cpu from the Dockerfile's PYTHON_IMAGE,
@@ -9,6 +9,9 @@
 #   BASE=debootstrap bash launch/image.sh    the Python base made from Debian's packages
 #                                            with mmdebstrap: for machines that reach a
 #                                            package mirror but no image registry
+#   GPU=1 bash launch/image.sh               IMAGE=hvdtrain:gpu, from NVIDIA's CUDA images,
+#                                            or with BASE=debootstrap both of its stages
+#                                            on that Debian base (Python 3.11)
 #   CA_BUNDLE=FILE bash launch/image.sh      pip trusts FILE during the build steps only
 #                                            (default: the machine's own bundle; CA_BUNDLE=
 #                                            passes none). It is a build secret: it is
@@ -22,19 +25,26 @@
 # change takes seconds: every layer comes from the engine's cache.
 set -euo pipefail
 
-IMAGE=${IMAGE:-hvdtrain:cpu}
+GPU=${GPU:-0}
+case "$GPU" in
+    1) FLAVOUR=gpu ;;
+    0 | "") FLAVOUR=cpu ;;
+    *) printf 'image: error: GPU must be 1 or 0, got %s\n' "$GPU" >&2; exit 2 ;;
+esac
+IMAGE=${IMAGE:-hvdtrain:$FLAVOUR}
 BASE=${BASE:-}
-BASE_IMAGE=localhost/hvdtrain-base:bookworm
+DEBIAN_BASE=localhost/hvdtrain-base:bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CA_BUNDLE=${CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DOCKERFILE=$ROOT/docker/Dockerfile.$FLAVOUR
 # The base tarball mmdebstrap writes, removed on any exit: global, since the EXIT trap
 # runs after make_base's locals are gone.
 BASE_TAR=
 # What podman and docker say when no image registry answers a pull.
 REGISTRY_DOWN='pinging container registry|dial tcp|no such host|connection refused|i/o timeout'
 REGISTRY_DOWN+='|network is unreachable|Temporary failure in name resolution|TLS handshake timeout'
-REGISTRY_PROBLEM=  # what pull_python_image found, for the line that says so
+REGISTRY_PROBLEM=  # what pull_base_images found, for the line that says so
 
 say() { printf 'image: %s\n' "$*"; }
 die() { printf 'image: error: %s\n' "$*" >&2; exit 2; }
@@ -93,19 +103,19 @@ engine() { "$ENGINE" "${ENGINE_FLAGS[@]}" "$@"; }
 # A Debian bookworm root with Python, imported as an image: the same Python (3.11) and
 # cmake 3.25 the Dockerfile expects from python:3.12-slim-bookworm's Debian layer.
 make_base() {
-    if engine image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-        say "base $BASE_IMAGE already made"
+    if engine image inspect "$DEBIAN_BASE" >/dev/null 2>&1; then
+        say "base $DEBIAN_BASE already made"
         return
     fi
     need_mmdebstrap
     BASE_TAR=$(mktemp --suffix=.tar)
     trap 'rm -f "$BASE_TAR"' EXIT
-    say "making $BASE_IMAGE from Debian bookworm ($DEBIAN_MIRROR) with mmdebstrap"
+    say "making $DEBIAN_BASE from Debian bookworm ($DEBIAN_MIRROR) with mmdebstrap"
     mmdebstrap --quiet --variant=minbase \
         --include=python3,python3-venv,python3-pip,ca-certificates \
         bookworm "$BASE_TAR" "$DEBIAN_MIRROR" \
         || die "mmdebstrap could not make the Debian bookworm base from $DEBIAN_MIRROR (its messages above; DEBIAN_MIRROR=URL picks another mirror)"
-    engine import --change 'CMD ["/bin/bash"]' "$BASE_TAR" "$BASE_IMAGE" >/dev/null
+    engine import --change 'CMD ["/bin/bash"]' "$BASE_TAR" "$DEBIAN_BASE" >/dev/null
     rm -f "$BASE_TAR"
     trap - EXIT
 }
@@ -115,21 +125,32 @@ need_mmdebstrap() {  # [WHY]: dies, WHY first, where mmdebstrap is missing and c
         || die "${1:-}BASE=debootstrap needs mmdebstrap (as root on Debian or Ubuntu: apt-get install mmdebstrap)"
 }
 
-# The Dockerfile's own base (python:3.12-slim-bookworm), pulled before the build: where no
-# registry answers, the build's pull would fail deep inside it, in six lines of podman's.
-# Returns 1 for that case, where BASE=debootstrap needs no registry; dies, in one line,
-# for any other failed pull.
-pull_python_image() {
+# The Dockerfile's own bases (its ARG ..._IMAGE defaults: python:3.12-slim-bookworm; the
+# GPU image's two CUDA images), pulled before the build: where no registry answers, the
+# build's pull would fail deep inside it, in six lines of podman's. Returns 1 for that
+# case, where BASE=debootstrap needs no registry; dies, in one line, for any other failed pull.
+pull_base_images() {
     local image output
-    image=$(sed -n 's/^ARG PYTHON_IMAGE=//p' "$ROOT/docker/Dockerfile.cpu")
-    if engine image inspect "$image" >/dev/null 2>&1; then return 0; fi
-    say "pulling $image"
-    if output=$(engine pull "$image" 2>&1); then return 0; fi
-    if grep -Eq "$REGISTRY_DOWN" <<< "$output"; then
-        REGISTRY_PROBLEM="no image registry answers (pulling $image: $(first_error "$output"))"
-        return 1
+    while read -r image; do
+        if engine image inspect "$image" >/dev/null 2>&1; then continue; fi
+        say "pulling $image"
+        if output=$(engine pull "$image" 2>&1); then continue; fi
+        if grep -Eq "$REGISTRY_DOWN" <<< "$output"; then
+            REGISTRY_PROBLEM="no image registry answers (pulling $image: $(first_error "$output"))"
+            return 1
+        fi
+        die "cannot pull $image: $(first_error "$output")"
+    done < <(sed -n 's/^ARG [A-Z]*_IMAGE=//p' "$DOCKERFILE")
+}
+
+# The build arguments that put the Dockerfile on the Debian base: the GPU image's two
+# stages both, with Debian's Python (3.11) and the mirror its nvcc comes from.
+debian_base_args() {
+    if [ "$FLAVOUR" = gpu ]; then
+        echo "BASE_IMAGE=$DEBIAN_BASE RUNTIME_IMAGE=$DEBIAN_BASE PYTHON_VERSION=3.11 DEBIAN_MIRROR=$DEBIAN_MIRROR"
+    else
+        echo "PYTHON_IMAGE=$DEBIAN_BASE"
     fi
-    die "cannot pull $image: $(first_error "$output")"
 }
 
 first_error() {  # OUTPUT: its first line that says Error, else its last line
@@ -144,7 +165,7 @@ main() {
         return
     fi
     engine_flags
-    local args=(-f "$ROOT/docker/Dockerfile.cpu" -t "$IMAGE")
+    local args=(-f "$DOCKERFILE" -t "$IMAGE") arg
     if [ -n "$CA_BUNDLE" ]; then
         [ -r "$CA_BUNDLE" ] || die "CA_BUNDLE=$CA_BUNDLE cannot be read"
         args+=(--secret "id=ca-bundle,src=$CA_BUNDLE")
@@ -152,7 +173,7 @@ main() {
     case "$BASE" in
         debootstrap) ;;
         "")
-            if ! pull_python_image; then
+            if ! pull_base_images; then
                 need_mmdebstrap "$REGISTRY_PROBLEM, and "
                 say "$REGISTRY_PROBLEM; making the base from Debian's packages instead (BASE=debootstrap)"
                 BASE=debootstrap
@@ -162,7 +183,7 @@ main() {
     esac
     if [ "$BASE" = debootstrap ]; then
         make_base
-        args+=(--build-arg "PYTHON_IMAGE=$BASE_IMAGE")
+        for arg in $(debian_base_args); do args+=(--build-arg "$arg"); done
     fi
     say "building $IMAGE with $ENGINE (the first build takes minutes: Horovod compiles)"
     local start=$SECONDS

@@ -12,6 +12,10 @@
 #   MPI=1 ...                               also Horovod's MPI controller (needs Open MPI's mpicxx)
 #   DEPS_ONLY=1 ...                         TensorFlow and Horovod only, not hvdtrain itself
 #                                           (a Docker layer that survives code changes)
+#   CODE_ONLY=1 ...                         hvdtrain only, into a VENV that has TensorFlow and
+#                                           Horovod already (built elsewhere: the GPU image's
+#                                           last stage, which has no compilers); it checks
+#                                           Horovod's features (GPU=1: NCCL) and builds nothing
 #
 # TF_VERSION and HOROVOD_VERSION override the pinned versions below (the Dockerfiles
 # pass theirs as build ARGs). Horovod's own build variables (HOROVOD_CUDA_HOME,
@@ -40,6 +44,7 @@ TF_VERSION=${TF_VERSION:-2.21.0}
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 GPU=${GPU:-0}
 MPI=${MPI:-0}
+CODE_ONLY=${CODE_ONLY:-0}
 DATA_DIR=/usr/share/datasets/fashion-mnist
 LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PATCH_DIR=$LAUNCH_DIR/patches
@@ -71,35 +76,43 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
         || say "could not install it (not root?): run 'sudo apt-get install -y openssh-server' to use hvdtrain cluster"
 fi
 
-# --- build tools: Horovod's bundled Gloo does not build with CMake 4 ---
-if ! command -v cmake >/dev/null 2>&1; then
-    apt_install cmake g++ || die "cmake (3.x) and g++ are needed to build Horovod"
-fi
-cmake_major=$(cmake --version | awk 'NR==1 {split($3, v, "."); print v[1]}')
-[ "$cmake_major" -lt 4 ] || die "cmake $(cmake --version | head -n1) found first on PATH; Horovod $HOROVOD_VERSION needs CMake 3.x (use the system cmake)"
-
-# --- what a GPU or MPI build of Horovod needs, checked before anything slow ---
+# --- build tools and what a GPU or MPI build of Horovod needs, checked before anything slow ---
 nvcc_release() {  # CUDA_HOME: prints its nvcc's release (12.5), or nothing
     { "$1/bin/nvcc" --version 2>/dev/null || true; } | sed -n 's/.*release \([0-9.]*\),.*/\1/p'
 }
-if [ "$GPU" = 1 ] && [ -n "${NVCC_HOME:-}" ]; then
-    nvcc_home=$(cd "$NVCC_HOME" 2>/dev/null && pwd) || die "NVCC_HOME=$NVCC_HOME is not a folder"
-    cuda_release=$(nvcc_release "$nvcc_home")
-    [ -n "$cuda_release" ] || die "NVCC_HOME=$NVCC_HOME has no working bin/nvcc"
-elif [ "$GPU" = 1 ]; then
-    cuda_home=${HOROVOD_CUDA_HOME:-/usr/local/cuda}
-    cuda_release=$(nvcc_release "$cuda_home")
-    [ -n "$cuda_release" ] \
-        || die "GPU=1 needs the CUDA toolkit: no working nvcc in $cuda_home/bin (set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)"
-    [ "${cuda_release%%.*}" = 12 ] \
-        || die "GPU=1 needs CUDA 12, which TensorFlow $TF_VERSION runs on: $cuda_home/bin/nvcc is CUDA $cuda_release (set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)"
-    nccl_include=${HOROVOD_NCCL_INCLUDE:-${HOROVOD_NCCL_HOME:+$HOROVOD_NCCL_HOME/include}}
-    nccl_include=${nccl_include:-/usr/include}
-    [ -f "$nccl_include/nccl.h" ] \
-        || die "GPU=1 needs NCCL's headers: no nccl.h in $nccl_include (install libnccl-dev or set HOROVOD_NCCL_HOME)"
-fi
-if [ "$MPI" = 1 ] && ! command -v mpicxx >/dev/null 2>&1; then
-    apt_install openmpi-bin libopenmpi-dev || die "MPI=1 needs Open MPI (mpicxx): install openmpi-bin and libopenmpi-dev"
+build_checks() {
+    # Horovod's bundled Gloo does not build with CMake 4.
+    if ! command -v cmake >/dev/null 2>&1; then
+        apt_install cmake g++ || die "cmake (3.x) and g++ are needed to build Horovod"
+    fi
+    cmake_major=$(cmake --version | awk 'NR==1 {split($3, v, "."); print v[1]}')
+    [ "$cmake_major" -lt 4 ] || die "cmake $(cmake --version | head -n1) found first on PATH; Horovod $HOROVOD_VERSION needs CMake 3.x (use the system cmake)"
+
+    # What a GPU or MPI build of Horovod needs.
+    if [ "$GPU" = 1 ] && [ -n "${NVCC_HOME:-}" ]; then
+        nvcc_home=$(cd "$NVCC_HOME" 2>/dev/null && pwd) || die "NVCC_HOME=$NVCC_HOME is not a folder"
+        cuda_release=$(nvcc_release "$nvcc_home")
+        [ -n "$cuda_release" ] || die "NVCC_HOME=$NVCC_HOME has no working bin/nvcc"
+    elif [ "$GPU" = 1 ]; then
+        cuda_home=${HOROVOD_CUDA_HOME:-/usr/local/cuda}
+        cuda_release=$(nvcc_release "$cuda_home")
+        [ -n "$cuda_release" ] \
+            || die "GPU=1 needs the CUDA toolkit: no working nvcc in $cuda_home/bin (set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)"
+        [ "${cuda_release%%.*}" = 12 ] \
+            || die "GPU=1 needs CUDA 12, which TensorFlow $TF_VERSION runs on: $cuda_home/bin/nvcc is CUDA $cuda_release (set HOROVOD_CUDA_HOME, or NVCC_HOME: see the top of launch/install.sh)"
+        nccl_include=${HOROVOD_NCCL_INCLUDE:-${HOROVOD_NCCL_HOME:+$HOROVOD_NCCL_HOME/include}}
+        nccl_include=${nccl_include:-/usr/include}
+        [ -f "$nccl_include/nccl.h" ] \
+            || die "GPU=1 needs NCCL's headers: no nccl.h in $nccl_include (install libnccl-dev or set HOROVOD_NCCL_HOME)"
+    fi
+    if [ "$MPI" = 1 ] && ! command -v mpicxx >/dev/null 2>&1; then
+        apt_install openmpi-bin libopenmpi-dev || die "MPI=1 needs Open MPI (mpicxx): install openmpi-bin and libopenmpi-dev"
+    fi
+}
+if [ "$CODE_ONLY" = 1 ]; then
+    [ -x "$VENV/bin/python" ] || die "CODE_ONLY=1 needs a VENV with TensorFlow and Horovod: $VENV has no bin/python"
+else
+    build_checks
 fi
 
 # --- virtualenv ---
@@ -117,11 +130,22 @@ PY="$VENV/bin/python"
 # --- TensorFlow ---
 if [ "$GPU" = 1 ]; then
     TF_REQ="tensorflow[and-cuda]==$TF_VERSION"
+    other_tf=tensorflow-cpu
 else
     TF_REQ="tensorflow-cpu==$TF_VERSION"
+    other_tf=tensorflow
 fi
-say "installing $TF_REQ"
-"$PIP" install -q "$TF_REQ"
+# Both distributions are the one `tensorflow` package: a VENV set up for the other flavour
+# (GPU=1 after a CPU setup, or back) loses that one first, or the two would overwrite
+# each other's files. Horovod is then built again: its build key names the flavour.
+if [ "$CODE_ONLY" = 0 ] && "$PIP" show -q "$other_tf" >/dev/null 2>&1; then
+    say "$VENV has $other_tf (the other flavour's): replacing it with $TF_REQ"
+    "$PIP" uninstall -q -y "$other_tf"
+fi
+if [ "$CODE_ONLY" = 0 ]; then
+    say "installing $TF_REQ"
+    "$PIP" install -q "$TF_REQ"
+fi
 
 # --- GPU with NVCC_HOME: a CUDA toolkit folder made from TensorFlow's nvidia-* wheels ---
 link_all() {  # DEST SRC_DIR...: links every entry of each SRC_DIR into DEST, later ones winning
@@ -157,6 +181,11 @@ cuda_from_wheels() {  # DEST: builds it from $nvcc_home and the venv's nvidia-*-
     ln -sfn "$nvcc_home/include/crt" "$target/include/crt"
     ln -sfn "$nvcc_home/include/fatbinary_section.h" "$target/include/fatbinary_section.h"
     link_all "$target/lib" "$wheels/cuda_runtime/lib" "$wheels/nccl/lib"
+    # The device runtime goes with the compiler where it brings one (launch/nvcc-cu12.sh):
+    # nvlink refuses a libcudadevrt.a newer than itself, as the runtime wheel's may be.
+    if [ -f "$nvcc_home/lib/libcudadevrt.a" ]; then
+        ln -sfn "$nvcc_home/lib/libcudadevrt.a" "$target/lib/libcudadevrt.a"
+    fi
     ln -sfn libcudart.so.12 "$target/lib/libcudart.so"
     ln -sfn libnccl.so.2 "$target/lib/libnccl.so"
 }
@@ -172,8 +201,8 @@ else
     build_env+=("HOROVOD_WITHOUT_MPI=${HOROVOD_WITHOUT_MPI:-1}")
 fi
 build_env+=(HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1)
-if [ "$GPU" = 1 ]; then
-    features+=(NCCL)
+if [ "$GPU" = 1 ]; then features+=(NCCL); fi
+if [ "$GPU" = 1 ] && [ "$CODE_ONLY" = 0 ]; then
     build_env+=(HOROVOD_GPU_OPERATIONS=NCCL)
     flavour=gpu-cuda$cuda_release
     if [ -n "${NVCC_HOME:-}" ]; then
@@ -226,7 +255,8 @@ build_horovod_wheel() {  # builds the patched sdist into $WHEEL_CACHE/$build_key
     rm -rf "$work"
 }
 
-if [ "$(cat "$key_file" 2>/dev/null)" != "$build_key" ] || [ -n "$(missing_feature "${features[@]}")" ]; then
+if [ "$CODE_ONLY" = 0 ] && { [ "$(cat "$key_file" 2>/dev/null)" != "$build_key" ] \
+        || [ -n "$(missing_feature "${features[@]}")" ]; }; then
     # Horovod's runtime requirements, which its setup.py also wants at build time; the
     # wheel itself goes in with --no-deps.
     "$PIP" install -q cloudpickle psutil pyyaml packaging

@@ -75,7 +75,9 @@ def test_images_install_through_launch_install_sh_and_nothing_else(path):
     assert not [run for run in steps if re.search(r"\bpip3? install\b", run)]
     # The first layer needs the Horovod patches too: install.sh reads them from the
     # folder next to it.
-    copies = [i["value"] for i in instructions(path) if i["instruction"] == "COPY"]
+    # (The GPU image's first stage also copies launch/nvcc-cu12.sh, which makes its nvcc.)
+    copies = [i["value"] for i in instructions(path) if i["instruction"] == "COPY"
+              and not i["value"].startswith("--from=") and "nvcc-cu12" not in i["value"]]
     assert copies == ["launch/install.sh launch/install.sh", "launch/patches/ launch/patches/",
                       ". ."]
     assert os.path.isfile(os.path.join(ROOT, "launch", "install.sh"))
@@ -114,21 +116,41 @@ def test_gpu_image_builds_horovod_with_nccl_and_mpi_on_cuda_12_5_and_python_3_12
     path = os.path.join(ROOT, "docker", "Dockerfile.gpu")
     args = build_args(path)
     # TensorFlow 2.21 is built for CUDA 12.5 (cuDNN 9.3 comes with its and-cuda extra);
-    # Ubuntu 24.04 ships Python 3.12.
+    # Ubuntu 24.04 ships Python 3.12. The image is the second stage, on a base without nvcc.
     assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-devel-ubuntu24\.04", args["BASE_IMAGE"])
+    assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-base-ubuntu24\.04", args["RUNTIME_IMAGE"])
     assert args["PYTHON_VERSION"] == "3.12"
     assert args["EFA"] == "0" and args["EFA_INSTALLER_VERSION"] and args["AWS_OFI_NCCL_VERSION"]
     # V100 (p3), A100 (p4d) and H100 (p5) must be among the compiled GPU generations.
     assert {"70", "80", "90"} <= set(args["CUDA_CC_LIST"].split(","))
-    for run in runs(path):
-        if INSTALL_RUN.search(run):
-            assert "GPU=1" in run and "MPI=1" in run
-            assert 'HOROVOD_BUILD_CUDA_CC_LIST="$CUDA_CC_LIST"' in run
+    installs = [run for run in runs(path) if INSTALL_RUN.search(run)]
+    for run in installs:
+        assert "GPU=1" in run and "MPI=1" in run
+    assert 'HOROVOD_BUILD_CUDA_CC_LIST="$CUDA_CC_LIST"' in installs[0]
+    # The image's stage installs hvdtrain only (it has no compiler to build Horovod with).
+    assert "CODE_ONLY=1" in installs[1]
     apt = " ".join(runs(path))
     for package in ("openmpi-bin", "libopenmpi-dev", "openssh-server", "openssh-client"):
         assert package in apt
     efa = next(run for run in runs(path) if "efa_installer.sh" in run)
     assert efa.startswith('if [ "$EFA" = 1 ]') and "aws-ofi-nccl" in efa
+
+
+def test_the_gpu_images_last_stage_installs_no_compiler_and_takes_only_the_built_venv():
+    stages, current = [], None
+    for i in instructions(os.path.join(ROOT, "docker", "Dockerfile.gpu")):
+        if i["instruction"] == "FROM":
+            current = {"from": i["value"], "runs": [], "copies": []}
+            stages.append(current)
+        elif current is not None and i["instruction"] in ("RUN", "COPY"):
+            current["runs" if i["instruction"] == "RUN" else "copies"].append(i["value"])
+    assert [stage["from"] for stage in stages] == ["${BASE_IMAGE} AS build", "${RUNTIME_IMAGE}"]
+    final = stages[1]
+    assert not re.search(r"\b(g\+\+|gcc|make|cmake|clang|[\w.${}]+-dev)\b", " ".join(final["runs"]))
+    assert [c for c in final["copies"] if c.startswith("--from=build")] == [
+        "--from=build /opt/aws-ofi-nccl /opt/aws-ofi-nccl", "--from=build /opt/venv /opt/venv"]
+    # The CUDA stub is mounted for the checks that may load it, never copied.
+    assert all("/opt/cuda-stub" not in c for c in final["copies"])
 
 
 def left_out_of_the_build_context(path: str) -> bool:
@@ -205,12 +227,13 @@ def test_install_script_refuses_an_nvcc_home_without_a_working_nvcc(tmp_path):
     assert not (tmp_path / "venv").exists()
 
 
-def test_make_check_gpu_build_runs_the_gpu_check_and_is_not_part_of_make_test():
+def test_make_check_gpu_build_runs_the_gpu_check_and_make_test_runs_no_gpu_build():
     with open(os.path.join(ROOT, "Makefile")) as f:
         rules = {name: prerequisites + recipe for name, prerequisites, recipe
                  in re.findall(r"^([\w-]+):(.*)\n((?:\t.*\n)*)", f.read(), re.M)}
     assert rules["check-gpu-build"].strip() == "bash launch/check-gpu-build.sh .venv-gpu"
-    assert "gpu" not in rules["test"] and "gpu" not in rules["test-fast"]
+    assert "gpu" not in rules["test-fast"] and "gpu" not in rules["test-image"]
+    assert "gpu" not in rules["test"].replace("not image_gpu", "")  # the GPU image deselected
 
 
 @pytest.mark.multiprocess
@@ -308,3 +331,78 @@ def test_a_pull_that_cannot_be_worked_around_is_refused_in_one_line(tmp_path, pu
     result, calls = run_image_script(tmp_path, pull_error=pull_error)
     assert (result.returncode, result.stderr) == (2, f"image: error: {reason}\n")
     assert not any(" build " in f" {call} " for call in calls)
+
+
+# --- `make setup`'s flavour: CPU, or GPU=1 ---
+
+def make_setup_dry_run(venv, **env) -> str:
+    """What `make setup` would run for `venv` (make -n: nothing is run)."""
+    environ = {k: v for k, v in os.environ.items() if k != "GPU"}
+    result = subprocess.run(["make", "-n", "setup", f"VENV={venv}"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env=dict(environ, **env), check=True)
+    return result.stdout
+
+
+@pytest.mark.parametrize("installed, gpu, installs", [
+    ("cpu", "1", "GPU=1 bash launch/install.sh"),   # GPU=1 after a CPU setup: the GPU build
+    ("cpu", None, None),                            # up to date
+    ("gpu", None, None),                            # unset GPU keeps the venv's flavour
+    ("gpu", "0", "GPU=0 bash launch/install.sh"),   # and GPU=0 goes back
+])
+def test_make_setup_installs_again_when_gpu_changes_the_flavour(tmp_path, installed, gpu, installs):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / f".hvdtrain-installed-{installed}").touch()  # newer than every prerequisite
+    ran = make_setup_dry_run(venv, **({"GPU": gpu} if gpu is not None else {}))
+    if installs is None:
+        assert "install.sh" not in ran, ran
+    else:
+        assert f"{installs} {venv}" in ran, ran
+
+
+def test_gpu_1_builds_the_gpu_image_with_both_stages_on_the_debian_base(tmp_path):
+    result, calls = run_image_script(tmp_path, mmdebstrap_exit=0, GPU="1", BASE="debootstrap")
+    assert result.returncode == 0, result.stderr
+    (build,) = [call for call in calls if " build " in f" {call} "]
+    assert f"-f {ROOT}/docker/Dockerfile.gpu -t hvdtrain:gpu" in build
+    for arg in ("BASE_IMAGE=localhost/hvdtrain-base:bookworm",
+                "RUNTIME_IMAGE=localhost/hvdtrain-base:bookworm", "PYTHON_VERSION=3.11",
+                "DEBIAN_MIRROR=http://deb.debian.org/debian"):
+        assert f"--build-arg {arg}" in build
+
+
+def test_gpu_without_a_registry_says_which_cuda_image_it_could_not_pull(tmp_path):
+    result, calls = run_image_script(tmp_path, mmdebstrap_exit=0, GPU="1")
+    assert result.returncode == 0, result.stderr
+    assert ("image: no image registry answers (pulling nvidia/cuda:12.5.1-devel-ubuntu24.04: "
+            "Error: initializing source") in result.stdout
+    assert [call for call in calls if " build " in f" {call} "]
+
+
+def test_install_script_code_only_refuses_a_venv_without_tensorflow_and_horovod(tmp_path):
+    result = subprocess.run(["bash", "launch/install.sh", str(tmp_path / "venv")], cwd=ROOT,
+                            env=dict(os.environ, GPU="1", CODE_ONLY="1"), capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"install: error: CODE_ONLY=1 needs a VENV with TensorFlow and Horovod: {tmp_path}/venv "
+        "has no bin/python")
+
+
+def test_a_gpu_install_into_a_cpu_venv_removes_tensorflow_cpu_before_installing_tensorflow(tmp_path):
+    """GPU=1 make setup after a CPU one: tensorflow-cpu and tensorflow are one package
+    under two names, and would overwrite each other's files. (pip is a stand-in that logs.)"""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    (venv / "bin" / "pip").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/pip.log\n'
+                                      '[ "$1 $3" = "show tensorflow-cpu" ] || [ "$1" != show ]\n')
+    (venv / "bin" / "pip").chmod(0o755)
+    nccl = tmp_path / "nccl" / "include"
+    nccl.mkdir(parents=True)
+    (nccl / "nccl.h").touch()
+    run_install(tmp_path, HOROVOD_CUDA_HOME=str(fake_cuda(tmp_path / "cuda", "12.5")),
+                HOROVOD_NCCL_HOME=str(nccl.parent))
+    pip = (tmp_path / "pip.log").read_text().splitlines()
+    assert pip[:3] == ["show -q tensorflow-cpu", "uninstall -q -y tensorflow-cpu",
+                       "install -q tensorflow[and-cuda]==2.21.0"]

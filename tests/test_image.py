@@ -67,8 +67,8 @@ def podman_run(image: str, *command: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def cluster(volume, *command: str, hosts: int = 2, extra=()) -> list[str]:
-    return [HVDTRAIN, "cluster", "--hosts", str(hosts), "--link-rate", "1gbit", "--image", IMAGE,
+def cluster(volume, *command: str, hosts: int = 2, extra=(), image: str = IMAGE) -> list[str]:
+    return [HVDTRAIN, "cluster", "--hosts", str(hosts), "--link-rate", "1gbit", "--image", image,
             "--volume", str(volume), *extra, "--", *command]
 
 
@@ -96,18 +96,28 @@ def test_the_image_passes_its_checks_and_keeps_no_ca_bundle(image):
 
 def test_the_docker_readme_recipe_trains_across_two_containers_and_leaves_the_run_on_the_host(
         image, tmp_path):
+    readme_recipe_trains_across_two_hosts(image, tmp_path)
+
+
+def readme_recipe_trains_across_two_hosts(image: str, tmp_path) -> None:
+    """docker/README.md's two-host job on hosts running `image`: the run folder is on the
+    volume afterwards, and no container of the run is left."""
     out = tmp_path / "run"
-    result = subprocess.run(cluster(tmp_path, *horovodrun(2, *TRAIN, "--epochs", "1",
-                                                           "--steps-per-epoch", "30", "--out", str(out))),
-                            capture_output=True, text=True, timeout=600, env=_env())
+    job = horovodrun(2, *TRAIN, "--epochs", "1", "--steps-per-epoch", "30", "--out", str(out))
+    result = subprocess.run(cluster(tmp_path, *job, image=image), capture_output=True, text=True,
+                            timeout=600, env=_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"running {IMAGE}" in result.stderr
+    assert f"running {image}" in result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["workers"], summary["total_steps"]) == (2, 30)
     assert not _run_containers_left()
 
 
 def test_sync_and_local_jobs_across_containers_end_in_consensus(image, tmp_path):
+    sync_and_local_jobs_end_in_consensus(image, tmp_path)
+
+
+def sync_and_local_jobs_end_in_consensus(image: str, tmp_path) -> None:
     """Each rank's own weights, written by the test worker (run from the volume, with the
     image's hvdtrain): every rank holds the same at the end of each run."""
     worker = tmp_path / "train_worker.py"
@@ -117,7 +127,7 @@ def test_sync_and_local_jobs_across_containers_end_in_consensus(image, tmp_path)
     runs = [{"name": name, "config": dict(tiny, **cfg, out=str(tmp_path / f"run-{name}"))}
             for name, cfg in modes.items()]
     result = subprocess.run(cluster(tmp_path, *horovodrun(2, "python", str(worker), str(tmp_path),
-                                                          json.dumps(runs))),
+                                                          json.dumps(runs)), image=image),
                             capture_output=True, text=True, timeout=600, env=_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for name in modes:

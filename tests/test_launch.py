@@ -306,7 +306,7 @@ def test_mpijob_manifest_runs_one_worker_per_gpu_with_valid_train_options():
 
 SHELL_SCRIPTS = ["launch/common.sh", "launch/local.sh", "launch/pin-gpu.sh",
                  "launch/slurm/train.sbatch", "launch/install.sh", "launch/check-gpu-build.sh",
-                 "launch/image.sh", "launch/quiet-horovodrun.sh",
+                 "launch/image.sh", "launch/quiet-horovodrun.sh", "launch/nvcc-cu12.sh",
                  "docker/ssh-setup.sh",
                  "docker/start-sshd.sh"]
 

@@ -67,7 +67,7 @@ class Setup:
         return f"{mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else mode
 
 
-def _train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
+def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
     mode = setup.mode if setup.mode in ("sync", "async") else "local"
     # Independent workers: local SGD whose first round would come after the last step.
     n_sync = (setup.n_sync or 1) if setup.mode in LOCAL_MODES else total_steps + 1
@@ -118,7 +118,7 @@ def measure(setup: Setup, pin_cores: bool = False) -> dict:
                                         on_device=setup.data == "device")
             summary, averager = {}, None
         else:
-            cfg = _train_config(setup, total_steps, os.path.join(scratch, "run"), pin_cores)
+            cfg = train_config(setup, total_steps, os.path.join(scratch, "run"), pin_cores)
             result = train(cfg, verbose=0, extra_callbacks=tuple(callbacks))
             model, summary, averager = result.model, result.summary, result.state_averager
     finally:

@@ -11,11 +11,12 @@ Workers that built the model from one seed draw the same dropout masks; call
 `reseed_dropout(model, seed + rank())` before `fit` to give each its own.
 """
 
-from hvdtrain.comm import init, rank, size
+from hvdtrain.comm import rank, size
 from hvdtrain.keras.callbacks import AverageModelStatistics, BroadcastInitialState, MetricAverage
 from hvdtrain.keras.gradient_averaging import with_gradient_averaging
 from hvdtrain.keras.local_sgd import LocalSGD
 from hvdtrain.keras.schedule import WarmupDecaySchedule
+from hvdtrain.keras.start import init
 from hvdtrain.keras.state import reseed_dropout
 
 __all__ = [
