@@ -256,9 +256,9 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     by = {(r["workers"], r["mode"]): r for r in rows}
     gradient_bytes = 61_706 * 4
     assert by[(2, "sync")]["bytes_per_step"] == by[(2, "horovod")]["bytes_per_step"] == gradient_bytes
-    # A round every 4 steps: weights and momentum in local mode (its resolved default),
-    # weights alone in async mode; nothing without a peer or without rounds.
-    assert by[(2, "local")]["bytes_per_step"] == pytest.approx(2 * gradient_bytes / 4)
+    # A round every 4 steps: the weights alone in both modes (each worker keeps its
+    # momentum by default); nothing without a peer or without rounds.
+    assert by[(2, "local")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
     assert by[(2, "async")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
     assert by[(2, "sync")]["communication_share"] > 0
     assert by[(2, "independent")]["bytes_per_step"] == by[(1, "sync")]["bytes_per_step"] == 0
