@@ -214,10 +214,9 @@ def test_bytes_count_the_state_and_the_report_of_every_round(results, mode):
     summary = json.loads(str(results[mode][0]["summary"]))
     rounds = summary["averaging_rounds"]
     per_round = summary["bytes_allreduced"] / rounds
-    # LeNet's float32 state (weights, and their momentum, averaged by default in local
-    # mode only; no BatchNorm) plus a float64 report of 3 numbers.
-    copies = 2 if mode == "local" else 1
-    assert per_round == 4 * copies * summary["parameters"] + 8 * 3
+    # LeNet's float32 weights (each worker keeps its momentum by default in both modes;
+    # no BatchNorm) plus a float64 report of 3 numbers.
+    assert per_round == 4 * summary["parameters"] + 8 * 3
 
 
 @pytest.mark.multiprocess
