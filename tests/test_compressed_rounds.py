@@ -39,6 +39,7 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
 @pytest.mark.parametrize("name", ["int8", "fp16"])
 def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round(results, name):
     ranks = results[name]
@@ -49,12 +50,14 @@ def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
 def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results):
     ranks = results["async_int8"]
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
 def test_compressed_rounds_train_near_the_float32_rounds(results):
     plain = results["none"][0]["final"]
     for name in ("int8", "fp16"):
@@ -63,6 +66,7 @@ def test_compressed_rounds_train_near_the_float32_rounds(results):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
 def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     summaries = {name: json.loads(str(results[name][0]["summary"])) for name in RUNS}
     plain = summaries["none"]
