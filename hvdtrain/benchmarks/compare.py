@@ -13,14 +13,14 @@ diverged when `hvdtrain sweep` recorded that the divergence guard stopped it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 
 from hvdtrain.benchmarks.diverged_runs import read_marker
 from hvdtrain.errors import ConfigError, DataError
-from hvdtrain.files import write_csv
+from hvdtrain.files import read_json, write_csv
 from hvdtrain.stats import mean_ci95
+from hvdtrain.training import run_folder
 
 SEED_NAME = re.compile(r"^(?P<setting>.+)-s(?P<seed>\d+)$")
 COLUMNS = ("setting", "runs", "stopped", "diverged", "seeds", "test_accuracy_mean",
@@ -104,18 +104,15 @@ def load_runs(paths: list[str]) -> list[dict]:
     runs/ too): its name and its summary (None if it has none)."""
     runs = []
     for folder in _run_folders(paths):
-        summary_path = os.path.join(folder, "summary.json")
-        summary = None
-        if os.path.isfile(summary_path):
-            with open(summary_path) as f:
-                summary = json.load(f)
+        summary_path = os.path.join(folder, run_folder.SUMMARY)
+        summary = read_json(summary_path) if os.path.isfile(summary_path) else None
         runs.append({"name": os.path.basename(os.path.normpath(folder)), "summary": summary,
                      "diverged": read_marker(folder) is not None})
     return runs
 
 
 def _is_run(folder: str) -> bool:
-    return os.path.isfile(os.path.join(folder, "config.yaml"))
+    return os.path.isfile(os.path.join(folder, run_folder.CONFIG))
 
 
 def _run_folders(paths: list[str]) -> list[str]:
