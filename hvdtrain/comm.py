@@ -22,6 +22,7 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain.errors import ConfigError
+from hvdtrain.launcher_lifetime import end_with_launcher
 
 
 _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers
@@ -79,6 +80,7 @@ def init(fuse_tensors: bool = True, host_groups: bool = False,
                               "started it earlier with tensor fusion on")
         os.environ[FUSION_THRESHOLD] = "0"
     if not hvd.is_initialized():
+        end_with_launcher()  # every worker starts here, hvdtrain's and a user's own script
         if rendezvous_seconds is not None:
             os.environ.setdefault(GLOO_TIMEOUT, str(rendezvous_seconds))
         # Process sets made after start need Horovod started in their dynamic mode.
