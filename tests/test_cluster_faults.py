@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -260,3 +261,42 @@ def test_timed_local_and_async_jobs_finish_when_one_hosts_link_drops_to_a_tenth(
         before, after = _timed_run_with_a_slowed_host(tmp_path, data_dir, mode)
         assert before > 0 and after > 0, (mode, before, after)  # both stretches took steps
         print(f"{mode}: the fast hosts' steps/s {before:.1f} -> {after:.1f} ({after / before - 1:+.0%})")
+
+
+# --- a worker on a host that left the network ends with its ssh session ---
+
+# Two processes on h3, started over ssh as horovodrun starts its workers: one marked as
+# horovodrun's worker, one not. h3's NIC goes down for longer than sshd's keep-alives
+# (15 s), then comes back: the worker is gone, the other process lives on.
+GHOST_JOB = """
+set -u
+start() {{  # $1: the env it runs with, $2: where it writes its pid
+  ssh h3 "cd {tmp} > /dev/null 2>&1 ; env $1 {python} -c 'import os, time
+from hvdtrain.launcher_lifetime import end_with_launcher
+end_with_launcher()
+open(\\"$2.tmp\\", \\"w\\").write(str(os.getpid())); os.rename(\\"$2.tmp\\", \\"$2\\")
+time.sleep(600)'" > /dev/null 2>&1 &
+}}
+start HOROVOD_GLOO_RENDEZVOUS_ADDR=198.18.0.1 {tmp}/worker.pid
+start OTHER=1 {tmp}/other.pid
+while [ ! -e {tmp}/worker.pid ] || [ ! -e {tmp}/other.pid ]; do sleep 0.2; done
+touch {tmp}/pull-h3
+sleep 30
+touch {tmp}/plug-h3
+sleep 3
+kill -0 "$(cat {tmp}/worker.pid)" 2>/dev/null && echo "worker lives" || echo "worker gone"
+kill -0 "$(cat {tmp}/other.pid)" 2>/dev/null && echo "other lives" || echo "other gone"
+"""
+
+
+def test_a_worker_on_a_host_that_left_the_network_ends_with_its_ssh_session(tmp_path):
+    """Left alive, such a worker reaches the elastic driver again once its host is back,
+    and is counted beside the worker started there anew (hvdtrain.launcher_lifetime)."""
+    job = tmp_path / "job.sh"
+    job.write_text(GHOST_JOB.format(tmp=tmp_path, python=sys.executable))
+    result = run_cluster(["--hosts", "3",
+                          "--fault", f"when={tmp_path / 'pull-h3'} host=h3 action=down",
+                          "--fault", f"when={tmp_path / 'plug-h3'} host=h3 action=up",
+                          "--", "bash", str(job)], timeout=180, env=_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "worker gone" in result.stdout and "other lives" in result.stdout, result.stdout
