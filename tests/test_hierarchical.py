@@ -29,6 +29,10 @@ RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs
     "every1": dict(HIERARCHICAL, n_sync=1),
     "every3_int8": dict(HIERARCHICAL, n_sync=3, round_compression="int8"),
     "sync": dict(PLAIN),
+    # Equal periods: the hierarchy's inner period is one step (sync inside a host); with
+    # rounds across hosts every step too it is flat local SGD at period 1, momentum and all.
+    "every1_momentum": dict(HIERARCHICAL, n_sync=1, momentum=0.9),
+    "flat1_momentum": dict(PLAIN, mode="local", n_sync=1, momentum=0.9),
 }
 
 
@@ -62,6 +66,20 @@ def test_hierarchical_rounds_every_step_of_plain_sgd_are_large_batch_sgd(results
     hierarchical, sync = results["every1"][0]["final"], results["sync"][0]["final"]
     np.testing.assert_allclose(hierarchical, sync, rtol=1e-5, atol=1e-6)
     assert not np.allclose(results["every1"][0]["steps"][0], results["every1"][0]["steps"][-1])
+
+
+@pytest.mark.multiprocess
+def test_a_hierarchy_whose_outer_period_equals_its_inner_one_is_flat_local_sgd(results):
+    """Momentum is kept per host (on the host's averaged gradients) or per worker; both are
+    linear in the gradients, so after every step's round the mean is the same update.
+    This is the sandwich bound's tight case (Wang et al. 2022): the rate rule gives both
+    the same rate."""
+    hierarchical, flat = results["every1_momentum"], results["flat1_momentum"]
+    for step in range(7):
+        np.testing.assert_allclose(hierarchical[0]["steps"][step], flat[0]["steps"][step],
+                                   rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(hierarchical[3]["final"], flat[3]["final"], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(flat[0]["steps"][0], flat[0]["steps"][-1])
 
 
 @pytest.mark.multiprocess
