@@ -129,14 +129,22 @@ exit 0
 """
 
 
+GLOO_WAIT = 60
+
+
 def _elastic_job(tmp_path, data_dir, out, epochs: int, *extra: str, slots: int = 1) -> list[str]:
     discover = tmp_path / "discover.sh"
     discover.write_text(DISCOVER.replace("{slots}", str(slots)))
     discover.chmod(0o755)
     # A failed host is blacklisted for good unless a cool-down range is given: 1-2 s here.
+    # Gloo's wait covers a returning host's fresh start (TensorFlow's import): on this
+    # machine, busy with other work, it outlasted the default 30 s (a test-long failure,
+    # "Wait timeout after 30 seconds for key(s): 4"). The price: a lost host is noticed
+    # after as long.
     return [HOROVODRUN, "-np", str(3 * slots), "--min-np", str(2 * slots),
             "--max-np", str(3 * slots), "--host-discovery-script",
             str(discover), "--blacklist-cooldown-range", "1", "2", "--gloo",
+            "--gloo-timeout-seconds", str(GLOO_WAIT),
             "--network-interface", "eth0", "--start-timeout", "60",
             HVDTRAIN, "train", "--elastic", "--model", "lenet", "--data-dir", data_dir,
             "--batch-size", "16", "--epochs", str(epochs), "--elastic-commit-every", "5",
