@@ -74,3 +74,11 @@ def unreachable(hosts: Iterable[str], probe: Probe, wait: float = 0.0,
                 return failed
             pending = list(failed)
             time.sleep(interval)
+
+
+def unanswered_line(failed: dict[str, str], total: int, what: str) -> str:
+    """One line naming every host that does not answer and why, in the order given: a
+    job's log or sbatch's output file shows one line per problem. A reason's line breaks
+    are folded too, so no probe's wording can split it."""
+    hosts = ", ".join(f"{host} ({' '.join(why.split())})" for host, why in failed.items())
+    return f"{len(failed)} of {total} hosts do not answer ({what}): {hosts}"

@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # so find hvdtrain next to this folder rather than requiring it to be installed.
 sys.path.insert(0, os.path.dirname(HERE))
 
-from hostcheck import ssh_probe, tcp_probe, unreachable
+from hostcheck import ssh_probe, tcp_probe, unanswered_line, unreachable
 
 from hvdtrain import hosts as H
 
@@ -170,9 +170,7 @@ def check(hosts: list[H.Host], args) -> list[H.Host]:
     if args.answering:
         return [h for h in hosts if h.name not in failed]
     if failed:
-        lines = [f"{len(failed)} of {len(hosts)} hosts do not answer ({what}):"]
-        lines += [f"  {host}: {why}" for host, why in failed.items()]
-        raise Failure("\n".join(lines))
+        raise Failure(unanswered_line(failed, len(hosts), what))
     return hosts
 
 
