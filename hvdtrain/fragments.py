@@ -16,25 +16,36 @@ from hvdtrain.errors import ConfigError
 
 def split_evenly(sizes: Sequence[int], count: int) -> list[range]:
     """`count` contiguous, non-empty ranges of positions into `sizes` (bytes of each unit,
-    in order) whose byte sums are about equal: each boundary falls at the unit boundary
-    nearest to its share of the total, leaving at least one unit for every later group."""
+    in order) whose largest byte sum is the smallest any such split has: a fragmented
+    round's peak burst is the largest fragment's."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ConfigError(f"--round-fragments must be a positive integer, got {count!r}")
     if count > len(sizes):
         raise ConfigError(f"--round-fragments {count} is more than the {len(sizes)} layers "
                           "the rounds average: every fragment needs one")
-    cumulative = [0]
-    for size in sizes:
-        cumulative.append(cumulative[-1] + size)
-    total, start, groups = cumulative[-1], 0, []
-    for group in range(1, count):
-        target = total * group / count
-        # Ends from start + 1 (a group is never empty) to the last that leaves one unit for
-        # each of the groups still to come.
-        ends = range(start + 1, len(sizes) - (count - group) + 1)
-        end = min(ends, key=lambda e: abs(cumulative[e] - target))
-        groups.append(range(start, end))
-        start = end
+    # The smallest cap that `count` groups can keep to, by bisection: a group never holds
+    # less than the largest unit, nor all of them less than the total.
+    low, high = max(max(sizes), -(-sum(sizes) // count)), sum(sizes)
+    while low < high:
+        cap = (low + high) // 2
+        if len(_packed(sizes, cap)) <= count:
+            high = cap
+        else:
+            low = cap + 1
+    return _packed(sizes, low, count)
+
+
+def _packed(sizes: Sequence[int], cap: int, groups_wanted: int | None = None) -> list[range]:
+    """Units packed left to right into groups of at most `cap` bytes each (every unit is at
+    most `cap`); with `groups_wanted`, a group closes early where the units left only just
+    give each group still to come one."""
+    groups, start, total = [], 0, 0
+    for position, size in enumerate(sizes):
+        to_come = None if groups_wanted is None else groups_wanted - len(groups) - 1
+        if position > start and (total + size > cap or len(sizes) - position == to_come):
+            groups.append(range(start, position))
+            start, total = position, 0
+        total += size
     groups.append(range(start, len(sizes)))
     return groups
 
