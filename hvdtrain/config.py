@@ -221,6 +221,15 @@ class TrainConfig:
                 "every worker ends the round with the same bits. int8: one byte a value and a "
                 "float32 scale per 1,024 values, about a quarter of float32's bytes; fp16 half",
         ROUND_COMPRESSIONS, modes=LOCAL_MODES)
+    round_fragments: int = _opt(
+        1, "local and async modes: F > 1 cuts the averaged state by layer, in order, into F "
+           "fragments of about equal bytes (Streaming DiLoCo); each round averages one "
+           "fragment in turn, so a round's burst is about 1/F of the state and each fragment "
+           "is averaged every F rounds, i.e. every F x --n-sync steps. Epoch ends, "
+           "evaluations, checkpoints, elastic commits and the run's end average every "
+           "fragment, so the workers agree there. Each fragment keeps its own "
+           "--round-compression residual. Not with --outer-optimizer or --sync-seconds",
+        modes=LOCAL_MODES)
     hierarchical_sgd: bool = _opt(
         False, "local and async modes: hierarchical local SGD (Lin et al. 2018) for hosts of "
                "several workers: the workers of one host average gradients every step, as sync "
@@ -338,6 +347,8 @@ class TrainConfig:
         _check_choices(self)
         _check_mode_options(self)
         _check_dependent_options(self)
+        if self.round_fragments > 1:
+            _check_fragments(self)
         if self.mode == "async":
             _check_async(self)
         if self.sync_seconds is not None:
@@ -369,7 +380,7 @@ def _check_numbers(cfg: TrainConfig) -> None:
     """Each number within its range; None, for the options that take it, leaves one unset."""
     for check, names in (
             (_positive_int, ("epochs", "batch_size", "image_size", "keep_checkpoints",
-                             "model_parallel", "elastic_commit_every")),
+                             "model_parallel", "elastic_commit_every", "round_fragments")),
             (_non_negative_int, ("warm_start_steps", "local_lr_workers", "eval_every", "seed")),
             (_positive_float, ("base_lr", "outer_lr", "lars_eta")),
             (_non_negative_float, ("step_timeout", "log_every", "warmup_epochs", "weight_decay",
@@ -430,6 +441,18 @@ def _check_dependent_options(cfg: TrainConfig) -> None:
     if cfg.lars_eta != LARS_ETA and cfg.optimizer != "lars":
         raise ConfigError(f"--lars-eta needs --optimizer lars, got --lars-eta "
                           f"{cfg.lars_eta} with --optimizer {cfg.optimizer}")
+
+
+def _check_fragments(cfg: "TrainConfig") -> None:
+    """Fragmented rounds average the plain mean every --n-sync steps: an outer step needs
+    every fragment's x0 at once, and timed rounds end epochs at rounds that would have to
+    average every fragment. Not done yet."""
+    for problem, given in ((cfg.outer_optimizer != "none",
+                            f"--outer-optimizer {cfg.outer_optimizer}"),
+                           (cfg.sync_seconds is not None, f"--sync-seconds {cfg.sync_seconds}")):
+        if problem:
+            raise ConfigError(f"--round-fragments {cfg.round_fragments} does not work with "
+                              f"{given} yet")
 
 
 def _check_async(cfg: "TrainConfig") -> None:

@@ -288,6 +288,11 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
     # mode, 2 in async.
     assert found["local"]["run"] == 61_706 * 4
     assert found["async_fp16"]["run"] == 61_706 * 2
+    # Two fragments: a round sends half the weights on average, the larger half at most.
+    fragmented = found["local_2_fragments"]
+    assert sum(fragmented["fragments"]) == 61_706 * 4
+    assert fragmented["bench"] == fragmented["run"] == 61_706 * 4 / 2
+    assert fragmented["largest"] == max(fragmented["fragments"]) < 61_706 * 4
 
 
 @pytest.mark.multiprocess

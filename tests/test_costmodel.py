@@ -408,3 +408,29 @@ def test_time_to_target_refuses_a_sweep_whose_runs_had_different_targets(tmp_pat
     err = capsys.readouterr().err
     assert "runs have different targets (84.00%, 85.00%); run the sweep again with one --target" \
         in err and err.count("\n") == 1
+
+
+def test_a_fragmented_rows_rounds_are_predicted_with_its_own_bytes_and_largest_burst(tmp_path):
+    # The bench's local row at 4 fragments: a round sends 1e6 bytes on average (the
+    # bench's bytes per round, which a training run counts: tests/test_bench.py), 1.6e6
+    # at most; the unfragmented row's rounds send 4e6.
+    bench = json.loads(open(_bench(tmp_path)).read())
+    local = next(r for r in bench["rows"] if r["mode"] == "local")
+    bench["rows"].append(dict(local, label="local, n_sync 10, 4 fragments", round_fragments=4,
+                              bytes_per_step=1e5, bytes_per_round=1e6,
+                              largest_burst_bytes=1.6e6))
+    path = tmp_path / "fragments.json"
+    path.write_text(json.dumps(bench))
+    assert main(["predict", str(path), "--workers", "8", "--link-rate", "10mbit", "--latency",
+                 "0", "--out", str(tmp_path / "p")]) == 0
+    rows = {(r["mode"], r["round_fragments"]): r
+            for r in json.loads((tmp_path / "p" / "predict.json").read_text())["rows"]}
+    whole, fragmented = rows[("local", 1)], rows[("local", 4)]
+    assert (whole["bytes_per_round"], fragmented["bytes_per_round"]) == (4e6, 1e6)
+    assert (whole["largest_burst_bytes"], fragmented["largest_burst_bytes"]) == (4e6, 1.6e6)
+    link = Link(1e7, latency=0.0)
+    assert fragmented["images_per_sec"] == pytest.approx(
+        8 * 32 / (0.4 + exchange_seconds(1e6, 0.0, 8, link) / 10))
+    assert fragmented["burst_over_compute"] == pytest.approx(
+        exchange_seconds(1.6e6, 0.0, 8, link) / 0.4)
+    assert "sync" not in {mode for mode, fragments in rows if fragments > 1}

@@ -73,6 +73,11 @@ def add_parser(commands) -> None:
     parser.add_argument("--n-sync", default="10,100",
                         help="local mode: steps between averagings, comma-separated; one setup "
                              "each (default: 10,100)")
+    parser.add_argument("--round-fragments", default="1", metavar="F[,F...]",
+                        help="local and async modes: one setup per value, whose rounds each "
+                             "average one of F fragments of the model in turn (1: the whole "
+                             "model); rows give the bytes of a round (bytes_per_round) and of "
+                             "the largest fragment's (largest_burst_bytes) (default: 1)")
     parser.add_argument("--bucket-mb", default=DEFAULT_BUCKET_MB, metavar="SPEC[,SPEC...]",
                         help="sync mode: how gradients are grouped for allreduce, one setup per "
                              "value: auto (about 8 groups of the model's gradients), auto:K (K "
@@ -166,14 +171,17 @@ def _setups(args, cfg) -> list[dict]:
                   slow_rank=slow[0] if slow else None, slow_factor=slow[1] if slow else 1.0)
     periods = parse_seconds_list(args.sync_seconds, "--sync-seconds") if args.sync_seconds else []
     bucket_specs = parse_bucket_list(args.bucket_mb)
+    fragments = parse_int_list(args.round_fragments, "--round-fragments")
     setups = []
     for name in dict.fromkeys(parse_choice_list(args.modes, "--modes",
                                                 (*MODES, *HIERARCHICAL_OF))):
         mode, hierarchical = HIERARCHICAL_OF.get(name, name), name in HIERARCHICAL_OF
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode in LOCAL_MODES else [None]
         buckets = bucket_specs if mode == "sync" else [bucket_specs[0]]
-        setups += [dict(common, mode=mode, n_sync=n, bucket_mb=b, hierarchical=hierarchical)
-                   for n in n_syncs for b in buckets]
+        counts = fragments if mode in LOCAL_MODES else [1]
+        setups += [dict(common, mode=mode, n_sync=n, bucket_mb=b, hierarchical=hierarchical,
+                        round_fragments=f)
+                   for n in n_syncs for b in buckets for f in counts]
         if mode in LOCAL_MODES and not hierarchical:  # timed rounds refuse the hierarchy
             setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t) for t in periods]
     return setups
@@ -248,7 +256,8 @@ CSV_COLUMNS = ("model", "label", "mode", "n_sync", "sync_seconds", "workers", "b
                "total_images_per_sec", "total_ci95", "per_worker_images_per_sec", "per_worker_ci95",
                "speedup", "efficiency", "step_seconds", "communication_share", "bytes_per_step",
                "seconds_per_exchange", "round_share", "timed_steps", "repeats", "parameters",
-               "hierarchical", "hosts", "bytes_within_host_per_step")
+               "hierarchical", "hosts", "bytes_within_host_per_step", "round_fragments",
+               "bytes_per_round", "largest_burst_bytes")
 
 
 def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None,

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import keras
 import tensorflow as tf
@@ -27,6 +28,7 @@ from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, e
 from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
 from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_shape
 from hvdtrain.errors import ConfigError
+from hvdtrain.keras.fragmented_rounds import FragmentedAverager
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.training.start import StartedWorker, start_worker
@@ -56,6 +58,7 @@ class Setup:
     slow_factor: float = 1.0
     sync_seconds: float | None = None  # local modes: rounds every T seconds, not n_sync steps
     hierarchical: bool = False  # local modes: gradients averaged every step inside a host
+    round_fragments: int = 1  # local modes: a round averages one of this many fragments
 
     @property
     def label(self) -> str:
@@ -64,7 +67,10 @@ class Setup:
         if self.mode == "sync" and self.bucket_mb != DEFAULT_BUCKET_MB:
             return f"sync, buckets {self.bucket_mb}"
         mode = f"hierarchical {self.mode}" if self.hierarchical else self.mode
-        return f"{mode}, n_sync {self.n_sync}" if self.mode in LOCAL_MODES else mode
+        if self.mode not in LOCAL_MODES:
+            return mode
+        fragments = f", {self.round_fragments} fragments" if self.round_fragments > 1 else ""
+        return f"{mode}, n_sync {self.n_sync}{fragments}"
 
 
 def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
@@ -80,7 +86,8 @@ def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
         fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb,
-        hierarchical_sgd=setup.hierarchical, pin_cores=pin_cores, out=out))
+        hierarchical_sgd=setup.hierarchical, pin_cores=pin_cores, out=out,
+        **({"round_fragments": setup.round_fragments} if mode in LOCAL_MODES else {})))
 
 
 def _gradient_exchange(model: keras.Model, fp16: bool):
@@ -134,11 +141,9 @@ def measure(setup: Setup, pin_cores: bool = False) -> dict:
     gradient_bytes = variable_bytes(model.trainable_variables, setup.fp16_allreduce)
     groups = _gradient_groups(model.trainable_variables, setup)
     if setup.mode in LOCAL_MODES:
-        # The run's own averager, so a round is sized and timed with what the run's rounds
-        # carried: the optimizer slots, statistics, fp16 and outer step of its resolved config.
-        exchange_bytes, exchange = averager.payload_bytes, averager.average
+        exchange_bytes, largest, exchange = _round_exchange(averager)
     else:
-        exchange_bytes = gradient_bytes
+        exchange_bytes = largest = gradient_bytes
         exchange = _gradient_exchange(model, setup.fp16_allreduce)
     seconds = seconds_per_call(exchange) if exchanges else 0.0
     return {
@@ -159,12 +164,26 @@ def measure(setup: Setup, pin_cores: bool = False) -> dict:
         # Across hosts in a hierarchical row: its rounds. Its gradients, averaged every step
         # among a host's workers, stay inside the host.
         "bytes_per_step": exchanges * exchange_bytes / exchange_steps,
+        # What one exchange (a round, a step's gradients) sends: on average, and at most.
+        "bytes_per_round": exchange_bytes,
+        "largest_burst_bytes": largest,
         "bytes_within_host_per_step": _within_host_bytes(setup, summary, gradient_bytes),
         "hosts": summary.get("hosts"),  # a hierarchical run's host groups
         "gradient_group_bytes": groups,
         # The workers' mean share of the timed steps spent in rounds: what they waited.
         "round_share": sum(row[0] for row in all_workers([timer.round_share])) / workers,
     }
+
+
+def _round_exchange(averager) -> tuple[float, int, Callable[[], float]]:
+    """A period's round of the run's own averager, so a round is sized and timed with what
+    the run's rounds carried (the optimizer slots, statistics, compression of its resolved
+    config): its bytes on average, its largest bytes, and the round to time. A fragmented
+    round sends its fragments in turn, 1/F of the state on average; the largest
+    fragment's round is the one timed."""
+    parts = averager.parts if isinstance(averager, FragmentedAverager) else [averager]
+    largest = max(parts, key=lambda part: part.payload_bytes)
+    return averager.payload_bytes / len(parts), largest.payload_bytes, largest.average
 
 
 def _within_host_bytes(setup: Setup, summary: dict, gradient_bytes: int) -> int:

@@ -39,6 +39,7 @@ from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
+from hvdtrain.keras.fragmented_rounds import FragmentedAverager, FragmentedOverlap
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport
@@ -87,6 +88,14 @@ class LocalSGD(keras.callbacks.Callback):
         through an alltoall and an allgather, so every worker ends a round with the same
         bits (`hvdtrain.keras.compressed_rounds`). int8 moves about a quarter of float32's
         bytes. Not with `fp16_allreduce`.
+      round_fragments: F > 1 cuts the averaged state by layer, in order, into F fragments of
+        about equal bytes (`hvdtrain.keras.fragmented_rounds`); a period's round averages
+        one fragment in turn (blocking, or with `overlap` behind the next steps), so a
+        round's burst is about 1/F of the state and each fragment is averaged every F
+        rounds, every F·n_sync steps. Rounds that must leave the workers agreeing (epoch
+        ends, evaluations, saves, the warm start's hand-over, the run's end) average every
+        fragment. Each fragment keeps its own fp16 reference and compression residual. Not
+        with an outer optimizer or `sync_seconds`.
       overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
         `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
         progress since the round began, and waits only when a round outlasts the
@@ -164,12 +173,13 @@ class LocalSGD(keras.callbacks.Callback):
                  batch_size: int | None = None, epoch_examples: int | None = None,
                  saves: SavePlan | None = None, hierarchical: bool = False,
                  epoch_rounds: bool = True, run_epochs: int | None = None,
-                 round_compression: str = "none",
+                 round_compression: str = "none", round_fragments: int = 1,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
         period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
         _check_compression(round_compression, fp16_allreduce)
+        _check_fragments(round_fragments, outer_optimizer, sync_seconds)
         _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
                            warm_start_steps, epoch_rounds)
         if sync_seconds is not None:
@@ -182,7 +192,8 @@ class LocalSGD(keras.callbacks.Callback):
         outer = _outer(outer_optimizer, outer_lr, outer_momentum)
         # What a round averages, made by `attach` once the model is known.
         self._averager_for = functools.partial(
-            ModelStateAverager, trainable=True, statistics=average_bn_stats,
+            ModelStateAverager if round_fragments == 1 else functools.partial(
+                FragmentedAverager, count=round_fragments), trainable=True, statistics=average_bn_stats,
             optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce,
             compression=round_compression)
         self.counts_steps = progress is None  # nobody else advances the progress then
@@ -190,7 +201,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
         self._make_schedule(n_sync, period, warm_start_steps, sync_seconds, clock)
         self.initial_state = InitialState()
-        self.averager: ModelStateAverager | None = None
+        self.averager: ModelStateAverager | FragmentedAverager | None = None
         self._begin = 0
         self._fits = 0
         self._world: int | None = None  # the set of workers of the last fit (comm.world_id)
@@ -269,17 +280,21 @@ class LocalSGD(keras.callbacks.Callback):
             kept["round_schedule"] = [self.adaptive.kept]
         return kept
 
-    def attach(self, model: keras.Model) -> ModelStateAverager:
+    def attach(self, model: keras.Model) -> ModelStateAverager | FragmentedAverager:
         """Create the averaging state now (it is created at train begin otherwise), e.g. to
         restore its outer-optimizer buffers from a checkpoint before `fit`."""
         if self.averager is None:
             build_optimizer(model)  # the slots must exist before we can average them
             self.averager = self._averager_for(model)
-            overlapped = OverlappedRounds(
-                self.averager, self.report.length if self.report.carries else None
-            ) if self.overlap else None
+            overlapped = self._overlapped_rounds() if self.overlap else None
             self.runner.attach(model, self.averager, overlapped)
         return self.averager
+
+    def _overlapped_rounds(self) -> OverlappedRounds | FragmentedOverlap:
+        length = self.report.length if self.report.carries else None
+        if isinstance(self.averager, FragmentedAverager):
+            return FragmentedOverlap(self.averager, self.runner.next_fragment, length)
+        return OverlappedRounds(self.averager, length)
 
     # --- Keras hooks ---
 
@@ -527,6 +542,18 @@ def _check_compression(round_compression: str, fp16_allreduce: bool) -> None:
     if fp16_allreduce and round_compression != "none":
         raise ArgumentError(f"LocalSGD takes fp16_allreduce or round_compression, got "
                             f"fp16_allreduce=True and round_compression={round_compression!r}")
+
+
+def _check_fragments(round_fragments, outer_optimizer, sync_seconds) -> None:
+    if isinstance(round_fragments, bool) or not isinstance(round_fragments, int) \
+            or round_fragments < 1:
+        raise ArgumentError(f"round_fragments must be a positive integer, got {round_fragments!r}")
+    if round_fragments > 1 and (outer_optimizer != "none" or sync_seconds is not None):
+        # An outer step needs every fragment's x0 and momentum at once; timed rounds end
+        # epochs at rounds that would have to be whole ones. Not done yet.
+        raise ArgumentError(f"LocalSGD(round_fragments={round_fragments}) takes the plain "
+                            f"average every n_sync steps, got outer_optimizer="
+                            f"{outer_optimizer!r} and sync_seconds={sync_seconds!r}")
 
 
 def _check_timed(batch_size, epoch_examples) -> None:

@@ -26,7 +26,7 @@ class Blocking:
         self.runner = runner
 
     def hold(self) -> None:
-        self.runner.blocking_round(by_trigger=True)
+        self.runner.blocking_round(by_trigger=True, whole=False)
         self.runner.round_held()
 
 

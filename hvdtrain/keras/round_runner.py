@@ -14,6 +14,7 @@ import time
 import keras
 
 from hvdtrain.keras.average_view import AverageView
+from hvdtrain.keras.fragmented_rounds import FragmentedAverager
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.round_reports import NoReport
 from hvdtrain.keras.state import ModelStateAverager, set_optimizer_step
@@ -33,11 +34,11 @@ class RoundRunner:
         self.trigger = trigger
         self.single_warm_start = single_warm_start
         self.model: keras.Model | None = None
-        self.averager: ModelStateAverager | None = None
+        self.averager: ModelStateAverager | FragmentedAverager | None = None
         self.overlapped: OverlappedRounds | None = None
         self._distances: list[float] = []
 
-    def attach(self, model: keras.Model, averager: ModelStateAverager,
+    def attach(self, model: keras.Model, averager: ModelStateAverager | FragmentedAverager,
                overlapped: OverlappedRounds | None) -> None:
         self.model, self.averager, self.overlapped = model, averager, overlapped
 
@@ -57,28 +58,49 @@ class RoundRunner:
         finally:
             self.progress.round_seconds += time.perf_counter() - start
 
-    def blocking_round(self, by_trigger: bool = False, warm_start: bool = False) -> None:
+    @property
+    def fragmented(self) -> bool:
+        """Whether a period's round averages one fragment of the state only."""
+        return isinstance(self.averager, FragmentedAverager)
+
+    def next_fragment(self) -> int:
+        """The fragment a period's round averages: the next in turn by the run's rounds,
+        which every worker counts alike."""
+        return self.progress.averaging_rounds % self.averager.count
+
+    def blocking_round(self, by_trigger: bool = False, warm_start: bool = False,
+                       whole: bool = True) -> None:
         """Every worker takes the mean now (after a one-worker warm start, rank 0's
-        state); `by_trigger`: a round the trigger held, which its report goes with."""
+        state); `by_trigger`: a round the trigger held, which its report goes with.
+        `whole=False`: a period's round, of one fragment when the state is fragmented."""
         self.progress.state_bytes += self.report.before_state()
         set_optimizer_step(self.model.optimizer, self.progress.steps)  # the outer step's rate
+        if whole or not self.fragmented:
+            self._whole_round(warm_start)
+        else:
+            part = self.averager.parts[self.next_fragment()]
+            part.average()  # its distance covers one fragment: not the divergence's
+            self._count_round(part.bytes_per_round)
+        if by_trigger:
+            self.progress.state_bytes += self.report.after_state()
+
+    def _whole_round(self, warm_start: bool) -> None:
         # After a synchronous warm start only the BatchNorm statistics differ; after a
         # one-worker warm start everything but rank 0's state is thrown away.
         distance = self.averager.average(apply_outer=not warm_start,
                                          take_chief=warm_start and self.single_warm_start)
         if not warm_start:
             self._distances.append(distance)
-        self._count_round()
+        self._count_round(self.averager.bytes_per_round)
         self.progress.consensus_step = self.progress.steps
-        if by_trigger:
-            self.progress.state_bytes += self.report.after_state()
 
     def start_overlapped(self) -> None:
-        """Start a round from the state now, behind the next steps; the workers are not in
-        consensus until a blocking round."""
+        """Start a round from the state now (of the next fragment, when fragmented),
+        behind the next steps; the workers are not in consensus until a blocking round."""
         report = self.report.carried()
+        fragment = self.averager.parts[self.next_fragment()] if self.fragmented else None
         self.overlapped.start(self.progress.steps, report)
-        self._count_round()
+        self._count_round((fragment or self.averager).bytes_per_round)
         if report is not None and self.overlapped.in_flight:
             self.progress.state_bytes += report.nbytes
 
@@ -88,9 +110,10 @@ class RoundRunner:
             return
         started_at = self.overlapped.started_at
         finished = self.overlapped.finish()
-        self._distances.append(finished.distance)
+        if not self.fragmented:  # one fragment's distance is not the divergence's
+            self._distances.append(finished.distance)
         self.report.learn(finished.report)
-        if started_at == self.progress.steps:
+        if started_at == self.progress.steps and not self.fragmented:
             # Nothing moved since its snapshot: every worker now holds its mean.
             self.progress.consensus_step = self.progress.steps
 
@@ -114,6 +137,6 @@ class RoundRunner:
         if self.overlapped is not None:
             self.overlapped.abandon()
 
-    def _count_round(self) -> None:
+    def _count_round(self, nbytes: int) -> None:
         self.progress.averaging_rounds += 1
-        self.progress.state_bytes += self.averager.bytes_per_round
+        self.progress.state_bytes += nbytes

@@ -183,14 +183,21 @@ class ModelStateAverager:
     def __init__(self, model: keras.Model, *, trainable: bool = True,
                  statistics: bool = True, optimizer_state: bool = False,
                  outer: OuterOptimizer | None = None, fp16_allreduce: bool = False,
-                 compression: str = "none"):
+                 compression: str = "none", only=None):
+        """`only`: average just these of the chosen variables (a round's fragment,
+        `hvdtrain.keras.fragmented_rounds`), with a reference and residual of their own."""
         if fp16_allreduce and compression != "none":
             raise ArgumentError(f"ModelStateAverager takes fp16_allreduce or compression, "
                                 f"got fp16_allreduce=True and compression={compression!r}")
         self.model = model
-        self.weights = list(model.trainable_variables) if trainable else []
-        self.statistics = _floating(model.non_trainable_variables) if statistics else []
-        self.slots = optimizer_slots(model.optimizer) if optimizer_state else []
+        kept = {id(v) for v in only} if only is not None else None
+
+        def chosen(variables) -> list:
+            return [v for v in variables if kept is None or id(v) in kept]
+
+        self.weights = chosen(model.trainable_variables) if trainable else []
+        self.statistics = chosen(_floating(model.non_trainable_variables)) if statistics else []
+        self.slots = chosen(optimizer_slots(model.optimizer)) if optimizer_state else []
         self.outer = outer if trainable else None
         self.fp16_allreduce = fp16_allreduce
         self.anchor = self.buffers = None

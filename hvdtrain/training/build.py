@@ -73,7 +73,7 @@ def state_callback(cfg: TrainConfig, model: keras.Model, progress: TrainingProgr
             outer_momentum=cfg.outer_momentum,
             # --fp16-allreduce sends the rounds in float16 unless a compression does.
             fp16_allreduce=cfg.fp16_allreduce and cfg.round_compression == "none",
-            round_compression=cfg.round_compression,
+            round_compression=cfg.round_compression, round_fragments=cfg.round_fragments,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
             batch_size=cfg.batch_size, saves=saves, hierarchical=cfg.hierarchical_sgd,
             epoch_rounds=cfg.epoch_rounds, run_epochs=cfg.epochs)

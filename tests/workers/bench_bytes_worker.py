@@ -2,7 +2,8 @@
 
 usage: bench_bytes_worker.py RESULTS_DIR
 Writes bench_bytes-rank{R}.json: per setup, the row's bytes per round (bytes_per_step ×
-n_sync) and what the training run's summary counted per round.
+n_sync) and what the training run's summary counted per round; for fragmented rounds also
+the row's largest burst and the bytes of each of the run's fragments.
 """
 
 import json
@@ -15,23 +16,33 @@ from hvdtrain.config import load_config
 from hvdtrain.training.runner import train
 
 N_SYNC = 2
-# Neither mode averages the momentum by default; async's rounds go in float16 here.
-SETUPS = {"local": dict(mode="local"), "async_fp16": dict(mode="async", fp16_allreduce=True)}
+# Neither mode averages the momentum by default; async's rounds go in float16 here. The
+# fragmented run's 8 steps hold two whole turns of its 2 fragments, then the end's round
+# of both.
+SETUPS = {"local": (dict(mode="local"), 6),
+          "async_fp16": (dict(mode="async", fp16_allreduce=True), 6),
+          "local_2_fragments": (dict(mode="local", round_fragments=2), 8)}
 
 
 def main(results_dir: str) -> None:
     comm.init()
     found = {}
-    for name, options in SETUPS.items():
+    for name, (options, steps) in SETUPS.items():
         row = measure(Setup(model="lenet", batch_size=16, shape="28x28x1", n_sync=N_SYNC,
                             steps=4, warmup_steps=1, window=2, **options))
         # A training run as `hvdtrain train --mode ... --n-sync 2` would make it.
-        summary = train(load_config(None, dict(
+        result = train(load_config(None, dict(
             model="lenet", dataset="synthetic-device", batch_size=16, epochs=1,
-            steps_per_epoch=6, validate=False, n_sync=N_SYNC,
-            out=os.path.join(results_dir, name), **options)), verbose=0).summary
-        found[name] = {"bench": row["bytes_per_step"] * N_SYNC,
-                       "run": summary["bytes_allreduced"] / summary["averaging_rounds"],
+            steps_per_epoch=steps, validate=False, n_sync=N_SYNC,
+            out=os.path.join(results_dir, name), **options)), verbose=0)
+        summary, rounds = result.summary, result.summary["averaging_rounds"]
+        counted = summary["bytes_allreduced"]
+        if "round_fragments" in options:  # the period's rounds, without the end's whole one
+            counted, rounds = counted - found["local"]["run"], rounds - 1
+            found[name] = {"largest": row["largest_burst_bytes"], "fragments": [
+                part.payload_bytes for part in result.state_averager.parts]}
+        found[name] = {**found.get(name, {}), "bench": row["bytes_per_step"] * N_SYNC,
+                       "run": counted / rounds,
                        "gradient_steps": summary["gradient_steps_averaged"]}
     with open(os.path.join(results_dir, f"bench_bytes-rank{comm.rank()}.json"), "w") as fh:
         json.dump(found, fh)

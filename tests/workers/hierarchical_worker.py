@@ -38,7 +38,9 @@ def main(results_dir: str, runs_json: str) -> None:
             os.path.join(results_dir, f"{run['name']}-rank{comm.rank()}.npz"),
             steps=np.stack(seen.weights),
             final=np.concatenate([w.numpy().ravel() for w in result.model.trainable_variables]),
-            summary=json.dumps(result.summary), host=np.array(comm.host_group().ranks))
+            summary=json.dumps(result.summary), host=np.array(comm.host_group().ranks),
+            # Each trainable variable's length in `steps` and `final`, in order.
+            sizes=np.array([int(np.prod(w.shape)) for w in result.model.trainable_variables]))
 
 
 if __name__ == "__main__":
