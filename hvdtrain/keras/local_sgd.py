@@ -191,9 +191,10 @@ class LocalSGD(keras.callbacks.Callback):
         self.overlap = overlap
         outer = _outer(outer_optimizer, outer_lr, outer_momentum)
         # What a round averages, made by `attach` once the model is known.
+        averager = ModelStateAverager if round_fragments == 1 else functools.partial(
+            FragmentedAverager, count=round_fragments)
         self._averager_for = functools.partial(
-            ModelStateAverager if round_fragments == 1 else functools.partial(
-                FragmentedAverager, count=round_fragments), trainable=True, statistics=average_bn_stats,
+            averager, trainable=True, statistics=average_bn_stats,
             optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce,
             compression=round_compression)
         self.counts_steps = progress is None  # nobody else advances the progress then
