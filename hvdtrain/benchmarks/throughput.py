@@ -181,9 +181,10 @@ def _round_exchange(averager) -> tuple[float, int, Callable[[], float]]:
     config): its bytes on average, its largest bytes, and the round to time. A fragmented
     round sends its fragments in turn, 1/F of the state on average; the largest
     fragment's round is the one timed."""
-    parts = averager.parts if isinstance(averager, FragmentedAverager) else [averager]
-    largest = max(parts, key=lambda part: part.payload_bytes)
-    return averager.payload_bytes / len(parts), largest.payload_bytes, largest.average
+    if not isinstance(averager, FragmentedAverager):
+        return averager.payload_bytes, averager.payload_bytes, averager.average
+    largest = averager.largest_part
+    return averager.payload_bytes / averager.count, largest.payload_bytes, largest.average
 
 
 def _within_host_bytes(setup: Setup, summary: dict, gradient_bytes: int) -> int:

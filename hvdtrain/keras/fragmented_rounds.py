@@ -67,9 +67,14 @@ class FragmentedAverager:
         return sum(part.bytes_per_round for part in self.parts)
 
     @property
+    def largest_part(self) -> ModelStateAverager:
+        """The fragment whose round hands over the most bytes: a period's peak burst."""
+        return max(self.parts, key=lambda part: part.payload_bytes)
+
+    @property
     def largest_burst(self) -> int:
         """Bytes of the largest fragment's round: the peak a period's round hands over."""
-        return max(part.payload_bytes for part in self.parts)
+        return self.largest_part.payload_bytes
 
     def trace(self, apply_outer: bool = True, take_chief: bool = False) -> None:
         for part in self.parts:
