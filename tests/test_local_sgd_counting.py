@@ -90,3 +90,24 @@ def test_a_warm_start_that_ends_inside_an_execution_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"warm_start_steps=3\) needs a multiple of the "
                                          r"model's steps_per_execution \(2\)"):
         _fit(hk.LocalSGD(n_sync=4, warm_start_steps=3), 2)
+
+
+def test_a_fragmented_round_a_save_waits_for_averages_every_fragment_once():
+    """Fragments without epoch rounds, a save every 6 steps, a round every 3: the period's
+    rounds at a save (6, 12, 18) average the whole state, and nothing more."""
+    hk.init()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    model.compile(hk.with_gradient_averaging(keras.optimizers.SGD(0.1), averaging=False),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False, saves=SavePlan("steps", 6),
+                            round_fragments=2)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)).astype("float32"), rng.integers(0, 2, 40)
+    model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, callbacks=[local_sgd])
+    parts = local_sgd.averager.parts
+    whole = local_sgd.averager.bytes_per_round
+    # Rounds after 3, 9 and 15 (fragment 0: the run's rounds before them are even), after
+    # 6, 12 and 18 (whole, for the saves) and at the run's end (20, whole).
+    assert local_sgd.rounds == 7
+    assert local_sgd.progress.state_bytes == 3 * parts[0].bytes_per_round + 4 * whole

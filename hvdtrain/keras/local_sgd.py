@@ -261,7 +261,7 @@ class LocalSGD(keras.callbacks.Callback):
             return round_kinds.Timed(self.runner, self.timed, self.stop_epoch, overlap)
         if overlap:
             return round_kinds.Overlapped(self.runner, self.consensus)
-        return round_kinds.Blocking(self.runner)
+        return round_kinds.Blocking(self.runner, self.consensus)
 
     @property
     def period(self) -> int | None:
@@ -342,7 +342,10 @@ class LocalSGD(keras.callbacks.Callback):
         elif self.trigger.due(done):
             with self.runner.timing():
                 self.kind.hold()
-        self._do(self.policy.at_step_end(self.progress.in_consensus, done))
+        act = self.policy.at_step_end(self.progress.in_consensus, done)
+        if act is Act.ROUND:
+            self.consensus.take()  # this round is the one the save waits for
+        self._do(act)
         if self.timed is not None and self.timed.in_step_past_end():
             self.stop_epoch()  # in step, every worker gets here at the same step
         if logs is not None:

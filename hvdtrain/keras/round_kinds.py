@@ -1,7 +1,8 @@
 """How `LocalSGD` holds a round that falls due, one class per kind, chosen once.
 
 - `Blocking`: every worker waits for the round's mean (every `n_sync` steps, or
-  at the adaptive period's rounds).
+  at the adaptive period's rounds); with fragments, of one fragment, except the first
+  round at or after a step that wants consensus, which averages them all.
 - `Overlapped`: a round's allreduce runs behind the next period's steps
   (CoCoD-SGD); the first round after a step that wants consensus (a step checkpoint,
   an elastic commit) blocks instead.
@@ -22,11 +23,14 @@ from hvdtrain.round_triggers import ConsensusWanted
 
 
 class Blocking:
-    def __init__(self, runner: RoundRunner):
+    def __init__(self, runner: RoundRunner, consensus: ConsensusWanted):
         self.runner = runner
+        self.consensus = consensus
 
     def hold(self) -> None:
-        self.runner.blocking_round(by_trigger=True, whole=False)
+        # With fragments, the round a save waits for averages every fragment: a fragment's
+        # round would leave the workers apart, and a whole round after it repeat its bytes.
+        self.runner.blocking_round(by_trigger=True, whole=self.consensus.take())
         self.runner.round_held()
 
 
