@@ -302,6 +302,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
 @pytest.mark.multiprocess
 def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_path):
     from conftest import horovodrun
+    from hvdtrain import quantize
 
     horovodrun("bench_bytes_worker.py", str(tmp_path))
     for rank in (0, 1):
@@ -313,6 +314,10 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
     # mode, 2 in async.
     assert found["local"]["run"] == 61_706 * 4
     assert found["async_fp16"]["run"] == 61_706 * 2
+    # int8: a byte a weight and a float32 scale per 1,024, padded to a whole shard of
+    # 1,024-value chunks for each of the 2 workers: about a quarter of float32's bytes.
+    assert found["local_int8"]["run"] == quantize.payload_bytes(61_706, 2, "int8")
+    assert found["local_int8"]["run"] < 61_706 * 4 / 3.8
     # Two fragments: a round sends half the weights on average, the larger half at most.
     fragmented = found["local_2_fragments"]
     assert sum(fragmented["fragments"]) == 61_706 * 4
