@@ -13,6 +13,14 @@ Hierarchical rows (`bench --modes hlocal,hasync`) are predicted as hosts of
 machine's loopback is next to a network) and a round across all workers every n_sync
 steps over `--link-rate`.
 
+Local and async setups keep their rounds' form apart (`bench --round-fragments` and
+`--round-compression`): a setup's rounds send the bytes its own rows measured. A
+fragment count without rows of its own sends 1/F of a whole round in the same
+compression; a compressed setup is never costed with uncompressed rows, and a compression
+the bench has no multi-worker rows of is refused. A compressed round's bytes are the
+bench's at every worker count: the padding int8 adds, up to 1,024 values a worker, is left
+out (small beside a large model's state, not at hundreds of workers of a small one).
+
 For hardware other than the bench's, `--step-seconds` and `--batch-size` give the
 compute of one worker's step there (a published measurement); the bench then gives only
 the bytes. `--time-to-target` turns the throughput into wall time to an accuracy, with the
