@@ -138,12 +138,37 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--slots", "2"], "--slots 2 needs --hosts: it sets the workers per emulated host"),
     (["--hosts", "2", "--slots", "0"], "--slots must be at least 1, got 0"),
     (["--hosts", "2", "--link-rate", "fast"], "--link-rate must be a rate in tc's units"),
+    (["--round-compression", "none,int4"], "--round-compression takes a comma-separated list "
+                                           "of none, fp16, int8; got 'int4'"),
 ])
 def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tmp_path):
     assert main(["bench", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "bench.json")
+
+
+def test_each_round_compression_is_a_local_setup_crossed_with_n_sync_and_fragments():
+    from hvdtrain.benchmarks.bench import CSV_COLUMNS, _setups
+    from hvdtrain.benchmarks.throughput import Setup, train_config
+    from hvdtrain.cli import build_parser
+    from hvdtrain.config import load_config
+
+    args = build_parser().parse_args([
+        "bench", "--modes", "sync,local,hasync,independent", "--n-sync", "10,20",
+        "--round-fragments", "1,4", "--round-compression", "none,int8", "--sync-seconds", "2"])
+    setups = [Setup(**s) for s in _setups(args, load_config(None, {"model": "lenet"}))]
+    forms = [f"{n_sync}{form}" for n_sync in (10, 20)
+             for form in ("", ", int8", ", 4 fragments", ", 4 fragments, int8")]
+    assert [s.label for s in setups] == [
+        "sync", *(f"local, n_sync {f}" for f in forms), "local, every 2 s",
+        "local, every 2 s, int8", *(f"hierarchical async, n_sync {f}" for f in forms),
+        "independent"]
+    assert {s.round_compression for s in setups if s.mode in ("sync", "independent")} == {"none"}
+    # Each setup trains as `hvdtrain train --round-compression` of its own value would.
+    assert [train_config(s, 20, "out", False).round_compression for s in setups[1:5]] == [
+        "none", "int8", "none", "int8"]
+    assert "round_compression" in CSV_COLUMNS
 
 
 class _Clock:
@@ -277,6 +302,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
 @pytest.mark.multiprocess
 def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_path):
     from conftest import horovodrun
+    from hvdtrain import quantize
 
     horovodrun("bench_bytes_worker.py", str(tmp_path))
     for rank in (0, 1):
@@ -288,6 +314,10 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
     # mode, 2 in async.
     assert found["local"]["run"] == 61_706 * 4
     assert found["async_fp16"]["run"] == 61_706 * 2
+    # int8: a byte a weight and a float32 scale per 1,024, padded to a whole shard of
+    # 1,024-value chunks for each of the 2 workers: about a quarter of float32's bytes.
+    assert found["local_int8"]["run"] == quantize.payload_bytes(61_706, 2, "int8")
+    assert found["local_int8"]["run"] < 61_706 * 4 / 3.8
     # Two fragments: a round sends half the weights on average, the larger half at most.
     fragmented = found["local_2_fragments"]
     assert sum(fragmented["fragments"]) == 61_706 * 4

@@ -434,3 +434,51 @@ def test_a_fragmented_rows_rounds_are_predicted_with_its_own_bytes_and_largest_b
     assert fragmented["burst_over_compute"] == pytest.approx(
         exchange_seconds(1.6e6, 0.0, 8, link) / 0.4)
     assert "sync" not in {mode for mode, fragments in rows if fragments > 1}
+
+
+def _with_int8_rows(tmp_path, link_rate=None) -> dict:
+    """A bench whose local rows are also measured in int8: a whole round sends 1.03e6
+    bytes (about a quarter of the 4e6 in float32, with a scale per 1,024 values), a round
+    of one of 4 fragments 2.6e5 on average and 3.1e5 at most."""
+    bench = json.loads(open(_bench(tmp_path, link_rate)).read())
+    local = next(r for r in bench["rows"] if r["mode"] == "local")
+    bench["rows"] += [dict(local, label="local, n_sync 10, int8", round_compression="int8",
+                           bytes_per_step=1.03e5, largest_burst_bytes=1.03e6),
+                      dict(local, label="local, n_sync 10, 4 fragments, int8",
+                           round_compression="int8", round_fragments=4, bytes_per_step=2.6e4,
+                           largest_burst_bytes=3.1e5)]
+    return bench
+
+
+def test_compressed_rows_are_predicted_apart_from_uncompressed_ones(tmp_path, capsys):
+    from hvdtrain.benchmarks.round_form import RoundForm
+
+    path = tmp_path / "int8.json"
+    path.write_text(json.dumps(_with_int8_rows(tmp_path)))
+    assert main(["predict", str(path), "--workers", "8", "--link-rate", "10mbit", "--latency",
+                 "0", "--out", str(tmp_path / "p")]) == 0
+    rows = {(r["round_fragments"], r["round_compression"]): r
+            for r in json.loads((tmp_path / "p" / "predict.json").read_text())["rows"]
+            if r["mode"] == "local"}
+    assert [(key, r["bytes_per_round"], r["largest_burst_bytes"]) for key, r in rows.items()] == [
+        ((1, "none"), 4e6, 4e6), ((1, "int8"), 1.03e6, 1.03e6), ((4, "int8"), 2.6e5, 3.1e5)]
+    link = Link(1e7, latency=0.0)
+    assert rows[(1, "int8")]["images_per_sec"] == pytest.approx(
+        8 * 32 / (0.4 + exchange_seconds(1.03e6, 0.0, 8, link) / 10))
+    assert "| 10mbit | local n_sync 10, 4 fragments, int8 | 8 |" in capsys.readouterr().out
+    # Without a row of its fragments, an int8 round is a share of the whole int8 round's.
+    bench = json.loads(path.read_text())
+    assert workload(bench, 0.0, mode="local", form=RoundForm(2, "int8")).state_bytes == 1.03e6 / 2
+
+
+def test_a_compressed_setup_the_bench_has_no_rows_of_is_refused_in_one_line(tmp_path, capsys):
+    # The checked bench measured int8 rounds; the bench predicting them did not, and an
+    # uncompressed round's bytes do not stand for an int8 one's.
+    shaped = tmp_path / "int8-100mbit.json"
+    shaped.write_text(json.dumps(_with_int8_rows(tmp_path, "100mbit")))
+    assert main(["predict", _bench(tmp_path), "--check", str(shaped), "--latency", "0",
+                 "--out", str(tmp_path / "p")]) != 0
+    err = capsys.readouterr().err
+    assert err == ("hvdtrain: error: the bench has no multi-worker local or async rows of "
+                   "--round-compression int8: run `hvdtrain bench` with --round-compression "
+                   "int8 to predict its rounds\n")

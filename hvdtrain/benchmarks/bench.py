@@ -13,8 +13,8 @@ from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_com
 from hvdtrain.benchmarks.scaling import (add_scaling, overhead_against_reference,
                                          ratios_to_reference)
 from hvdtrain.buckets import parse_bucket_spec
-from hvdtrain.config import (DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_choice_list, parse_int_list,
-                             parse_seconds_list, parse_shape)
+from hvdtrain.config import (DEFAULT_BUCKET_MB, LOCAL_MODES, ROUND_COMPRESSIONS, load_config,
+                             parse_choice_list, parse_int_list, parse_seconds_list, parse_shape)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
@@ -78,6 +78,15 @@ def add_parser(commands) -> None:
                              "average one of F fragments of the model in turn (1: the whole "
                              "model); rows give the bytes of a round (bytes_per_round) and of "
                              "the largest fragment's (largest_burst_bytes) (default: 1)")
+    parser.add_argument("--round-compression", default="none", metavar="C[,C...]",
+                        help="local and async modes, timed rounds (--sync-seconds) too: one "
+                             "setup per value, crossed with --n-sync and --round-fragments, "
+                             "whose rounds travel as `hvdtrain train --round-compression` sends "
+                             "them, of: " + ", ".join(ROUND_COMPRESSIONS) + ". A compressed "
+                             "row's bytes_per_round (and largest_burst_bytes) count what a "
+                             "worker hands to a round: int8 codes, one byte a value, plus a "
+                             "float32 scale per 1,024 values; or fp16, two bytes a value; "
+                             "padded to one whole shard per worker (default: none)")
     parser.add_argument("--bucket-mb", default=DEFAULT_BUCKET_MB, metavar="SPEC[,SPEC...]",
                         help="sync mode: how gradients are grouped for allreduce, one setup per "
                              "value: auto (about 8 groups of the model's gradients), auto:K (K "
@@ -172,18 +181,22 @@ def _setups(args, cfg) -> list[dict]:
     periods = parse_seconds_list(args.sync_seconds, "--sync-seconds") if args.sync_seconds else []
     bucket_specs = parse_bucket_list(args.bucket_mb)
     fragments = parse_int_list(args.round_fragments, "--round-fragments")
+    compressions = parse_choice_list(args.round_compression, "--round-compression",
+                                     ROUND_COMPRESSIONS)
     setups = []
     for name in dict.fromkeys(parse_choice_list(args.modes, "--modes",
                                                 (*MODES, *HIERARCHICAL_OF))):
         mode, hierarchical = HIERARCHICAL_OF.get(name, name), name in HIERARCHICAL_OF
-        n_syncs = parse_int_list(args.n_sync, "--n-sync") if mode in LOCAL_MODES else [None]
+        local = mode in LOCAL_MODES
+        n_syncs = parse_int_list(args.n_sync, "--n-sync") if local else [None]
         buckets = bucket_specs if mode == "sync" else [bucket_specs[0]]
-        counts = fragments if mode in LOCAL_MODES else [1]
+        counts, codings = (fragments, compressions) if local else ([1], ["none"])
         setups += [dict(common, mode=mode, n_sync=n, bucket_mb=b, hierarchical=hierarchical,
-                        round_fragments=f)
-                   for n in n_syncs for b in buckets for f in counts]
-        if mode in LOCAL_MODES and not hierarchical:  # timed rounds refuse the hierarchy
-            setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t) for t in periods]
+                        round_fragments=f, round_compression=c)
+                   for n in n_syncs for b in buckets for f in counts for c in codings]
+        if local and not hierarchical:  # timed rounds refuse the hierarchy and fragments
+            setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t, round_compression=c)
+                       for t in periods for c in compressions]
     return setups
 
 
@@ -257,7 +270,7 @@ CSV_COLUMNS = ("model", "label", "mode", "n_sync", "sync_seconds", "workers", "b
                "speedup", "efficiency", "step_seconds", "communication_share", "bytes_per_step",
                "seconds_per_exchange", "round_share", "timed_steps", "repeats", "parameters",
                "hierarchical", "hosts", "bytes_within_host_per_step", "round_fragments",
-               "bytes_per_round", "largest_burst_bytes")
+               "round_compression", "bytes_per_round", "largest_burst_bytes")
 
 
 def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None,

@@ -13,6 +13,14 @@ Hierarchical rows (`bench --modes hlocal,hasync`) are predicted as hosts of
 machine's loopback is next to a network) and a round across all workers every n_sync
 steps over `--link-rate`.
 
+Local and async setups keep their rounds' form apart (`bench --round-fragments` and
+`--round-compression`): a setup's rounds send the bytes its own rows measured. A
+fragment count without rows of its own sends 1/F of a whole round in the same
+compression; a compressed setup is never costed with uncompressed rows, and a compression
+the bench has no multi-worker rows of is refused. A compressed round's bytes are the
+bench's at every worker count: the padding int8 adds, up to 1,024 values a worker, is left
+out (small beside a large model's state, not at hundreds of workers of a small one).
+
 For hardware other than the bench's, `--step-seconds` and `--batch-size` give the
 compute of one worker's step there (a published measurement); the bench then gives only
 the bytes. `--time-to-target` turns the throughput into wall time to an accuracy, with the
@@ -30,6 +38,7 @@ from typing import Callable
 
 from hvdtrain import files
 from hvdtrain.benchmarks import predicted_speedup
+from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import LOCAL_MODES, parse_int_list
 from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload, exchange_seconds,
@@ -46,9 +55,11 @@ example:
   hvdtrain predict runs/bench-alexnet/bench.json --step-seconds 0.9 --batch-size 128 \\
       --workers 8 --link-rate 48gbit --latency 1.4 --time-to-target runs/sweep/sweep.json
 """
-COLUMNS = ("model", "mode", "n_sync", "hierarchical", "round_fragments", "workers", "link_rate",
-           "images_per_sec", "efficiency", "communication_share", "bytes_per_round",
-           "largest_burst_bytes", "burst_over_compute")
+COLUMNS = ("model", "mode", "n_sync", "hierarchical", "round_fragments", "round_compression",
+           "workers", "link_rate", "images_per_sec", "efficiency", "communication_share",
+           "bytes_per_round", "largest_burst_bytes", "burst_over_compute")
+# A setup to predict: (mode, n_sync, hierarchical, round form).
+Setup = tuple[str, int, bool, RoundForm]
 
 
 def add_parser(commands) -> None:
@@ -118,22 +129,22 @@ def independent_compute(bench: dict) -> float | None:
 
 
 def workload(bench: dict, overlap: float, floor: bool = True, mode: str | None = None,
-             fragments: int = 1) -> Workload:
+             form: RoundForm = RoundForm()) -> Workload:
     """The step of the bench's model: compute from its independent rows, bytes per mode,
     the gradient group sent last, and (unless `floor` is False) the hosts' floor from
     its multi-worker rows. The state a round carries is `mode`'s own when the bench has
     rows of it (local mode averages the optimizer's slots by default, async mode does not),
-    else that of the first local-mode row; with `fragments`, a round's of that many
-    fragments (`bench --round-fragments`), or else 1/fragments of a whole round's."""
+    else that of the first local-mode row; of `form`: rounds of its fragments (`bench
+    --round-fragments`), or else 1/fragments of a whole round's, in its compression."""
     rows = bench["rows"]
     compute = independent_compute(bench)
     if compute is None:
         raise ConfigError("predict needs a bench with an independent row (--modes ...,independent)")
     first = rows[0]
     gradient = first["parameters"] * (2 if first.get("fp16_allreduce") else 4)
-    rounds = _round_rows(rows, mode, fragments)
-    whole = next((_state(r) for r in _round_rows(rows, mode)), gradient)
-    state = next((_state(r) for r in rounds), whole / fragments)
+    rounds = _round_rows(rows, mode, form)
+    state = (_state(rounds[0]) if rounds
+             else _whole_state(rows, mode, form, gradient) / form.fragments)
     groups = next((r["gradient_group_bytes"] for r in rows if r.get("gradient_group_bytes")), None)
     work = Workload(compute, gradient, state, first["batch_per_worker"],
                     bucket_bytes=parse_bucket_spec(first.get("bucket_mb", 25)).cap_bytes(
@@ -142,12 +153,27 @@ def workload(bench: dict, overlap: float, floor: bool = True, mode: str | None =
     return _with_floors(bench, work, rounds) if floor else work
 
 
-def _round_rows(rows: list[dict], mode: str | None, fragments: int = 1) -> list[dict]:
-    """The multi-worker rows whose rounds stand for `mode`'s in `fragments` fragments: its
-    own, if any, else every local mode's."""
-    local = [r for r in rows if r["mode"] in LOCAL_MODES and r["workers"] > 1]
+def _round_rows(rows: list[dict], mode: str | None, form: RoundForm = RoundForm()) -> list[dict]:
+    """The multi-worker rows whose rounds stand for `mode`'s of `form`: of its compression
+    only, its own mode's if any, else every local mode's; of its fragments."""
+    local = [r for r in rows if r["mode"] in LOCAL_MODES and r["workers"] > 1
+             and RoundForm.of(r).compression == form.compression]
     own = [r for r in local if r["mode"] == mode] or local
-    return [r for r in own if r.get("round_fragments", 1) == fragments]
+    return [r for r in own if RoundForm.of(r).fragments == form.fragments]
+
+
+def _whole_state(rows: list[dict], mode: str | None, form: RoundForm, gradient: float) -> float:
+    """Bytes of a whole round in `form`'s compression: a row's; without one, a gradient's
+    (a mode that sends no rounds, or a bench of one worker). A compressed round's bytes are
+    measured, never guessed from an uncompressed round's."""
+    whole = _round_rows(rows, mode, replace(form, fragments=1))
+    if whole:
+        return _state(whole[0])
+    if form.compression != "none":
+        raise ConfigError(f"the bench has no multi-worker local or async rows of "
+                          f"--round-compression {form.compression}: run `hvdtrain bench` with "
+                          f"--round-compression {form.compression} to predict its rounds")
+    return gradient
 
 
 def _state(row: dict) -> float:
@@ -155,10 +181,10 @@ def _state(row: dict) -> float:
     return row["bytes_per_step"] * row["n_sync"]
 
 
-def largest_burst(bench: dict, mode: str, fragments: int, work: Workload) -> float:
-    """Bytes of the largest round `mode` sends in `fragments` fragments: the bench row's,
-    or, without one, the mean round's."""
-    return next((r["largest_burst_bytes"] for r in _round_rows(bench["rows"], mode, fragments)
+def largest_burst(bench: dict, mode: str, form: RoundForm, work: Workload) -> float:
+    """Bytes of the largest round `mode` sends in `form`: the bench row's, or, without one,
+    the mean round's."""
+    return next((r["largest_burst_bytes"] for r in _round_rows(bench["rows"], mode, form)
                  if r.get("largest_burst_bytes")), work.state_bytes)
 
 
@@ -185,21 +211,21 @@ def _whole_payload_floor(row: dict) -> float:
     return floor_of_whole_payload(row["seconds_per_exchange"], row["workers"])
 
 
-def _setups(benches: list[dict]) -> list[tuple[str, int, bool, int]]:
-    """(mode, n_sync, hierarchical, round fragments) of the benches' rows, in order and
-    once each; the bare-Horovod reference counts as sync."""
+def _setups(benches: list[dict]) -> list[Setup]:
+    """(mode, n_sync, hierarchical, round form) of the benches' rows, in order and once
+    each; the bare-Horovod reference counts as sync."""
     found = {("sync" if r["mode"] == "horovod" else r["mode"], r["n_sync"] or 1,
-              bool(r.get("hierarchical")), r.get("round_fragments", 1)): None
+              bool(r.get("hierarchical")), RoundForm.of(r)): None
              for bench in benches for r in bench["rows"]}
     return list(found)
 
 
-def at_periods(setups: list[tuple[str, int, bool, int]], periods: list[int]) -> list[tuple]:
+def at_periods(setups: list[Setup], periods: list[int]) -> list[Setup]:
     """The setups with each local and async one at every one of `periods` instead."""
     out = {}
-    for mode, n_sync, hierarchical, fragments in setups:
+    for mode, n_sync, hierarchical, form in setups:
         for period in periods if mode in LOCAL_MODES else [n_sync]:
-            out[(mode, period, hierarchical, fragments)] = None
+            out[(mode, period, hierarchical, form)] = None
     return list(out)
 
 
@@ -209,36 +235,36 @@ def bench_workers_per_host(benches: list[dict]) -> int | None:
                  if r.get("hierarchical") and r.get("hosts")), None)
 
 
-def predictions(bench: dict, work_for: Callable[[str, int], Workload], workers: list[int],
-                rates: list[str], latency: float, per_link: int,
-                hierarchy: Hierarchy, setups: list[tuple[str, int, bool, int]]) -> list[dict]:
-    """Each setup on each link and worker count; `work_for(mode, fragments)` is the
-    workload of a mode. Hierarchical setups run on hosts of `hierarchy`, at the counts it
-    divides into two hosts or more."""
+def predictions(bench: dict, work_for: Callable[[str, RoundForm], Workload],
+                workers: list[int], rates: list[str], latency: float, per_link: int,
+                hierarchy: Hierarchy, setups: list[Setup]) -> list[dict]:
+    """Each setup on each link and worker count; `work_for(mode, form)` is the workload
+    of a mode's rounds of that form. Hierarchical setups run on hosts of `hierarchy`, at
+    the counts it divides into two hosts or more."""
     rows = []
     for rate in rates:
         link = Link(parse_rate(rate), latency, per_link)
-        for mode, n_sync, hierarchical, fragments in setups:
+        for mode, n_sync, hierarchical, form in setups:
             for count in workers:
                 size = hierarchy.workers_per_host
                 if hierarchical and (count % size or count < 2 * size):
                     continue
-                work = work_for(mode, fragments)
+                work = work_for(mode, form)
                 p = predict(work, mode, count, link, n_sync, hierarchy if hierarchical else None)
                 rows.append({"model": bench["rows"][0]["model"], "mode": mode, "n_sync": n_sync,
-                             "hierarchical": hierarchical, "round_fragments": fragments,
+                             "hierarchical": hierarchical, **form.columns(),
                              "workers": count, "link_rate": rate, **vars(p),
-                             **_burst(bench, mode, fragments, work, count, link)})
+                             **_burst(bench, mode, form, work, count, link)})
     return rows
 
 
-def _burst(bench: dict, mode: str, fragments: int, work: Workload, workers: int,
+def _burst(bench: dict, mode: str, form: RoundForm, work: Workload, workers: int,
            link: Link) -> dict:
     """A round's bytes (on average over a fragmented round's turns), its largest, and how
     long the largest takes on `link` against a step's compute: local and async rows."""
     if mode not in LOCAL_MODES:
         return {}
-    largest = largest_burst(bench, mode, fragments, work)
+    largest = largest_burst(bench, mode, form, work)
     seconds = exchange_seconds(largest, work.state_floor, workers, link)
     return {"bytes_per_round": work.state_bytes, "largest_burst_bytes": largest,
             "burst_over_compute": seconds / work.compute_seconds}
@@ -250,7 +276,7 @@ def workers_per_link(bench: dict, workers: int) -> int:
     return 1 if bench.get("topology", {}).get("kind") == "emulated-hosts" else workers
 
 
-def checks(work_for: Callable[[str, int], Workload], shaped: dict, latency: float,
+def checks(work_for: Callable[[str, RoundForm], Workload], shaped: dict, latency: float,
            host_link: Link = UNLIMITED) -> list[dict]:
     """Each communicating row of a bench over an emulated link, measured and predicted.
 
@@ -271,7 +297,7 @@ def checks(work_for: Callable[[str, int], Workload], shaped: dict, latency: floa
         mode = "sync" if row["mode"] == "horovod" else row["mode"]
         if mode == "independent" and own_compute is not None:
             continue
-        work = work_for(mode, row.get("round_fragments", 1))
+        work = work_for(mode, RoundForm.of(row))
         if own_compute is not None:
             work = replace(work, compute_seconds=own_compute)
         link = Link(parse_rate(rate), latency, workers_per_link(shaped, row["workers"]))
@@ -291,9 +317,9 @@ def run(args: argparse.Namespace) -> int:
     shaped = [step_triggered(read_input(path, "rows", "a bench.json")) for path in args.check]
     floor = not args.no_floor and args.step_seconds is None  # a floor is this machine's
 
-    def work_for(mode: str, fragments: int = 1) -> Workload:
-        return on_hardware(workload(bench, args.overlap, floor=floor, mode=mode,
-                                    fragments=fragments), args)
+    def work_for(mode: str, form: RoundForm = RoundForm()) -> Workload:
+        return on_hardware(workload(bench, args.overlap, floor=floor, mode=mode, form=form),
+                           args)
 
     work = work_for("sync")
     rates = [r.strip() for r in args.link_rate.split(",")]
@@ -348,8 +374,8 @@ def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload) -> 
     if note:
         print(note, flush=True)
     one_worker = work.batch_per_worker / work.compute_seconds
-    # A sweep's runs name no fragments: they stand for the unfragmented rows only.
-    whole = [r for r in rows if r.get("round_fragments", 1) == 1]
+    # A sweep's runs name no round form: they stand for whole, uncompressed rounds only.
+    whole = [r for r in rows if RoundForm.of(r) == RoundForm()]
     return {"rows": predicted_speedup.speedups(whole, reached, one_worker),
             "target": reached.target, "alone_examples": alone, "alone_images_per_sec": one_worker}
 
@@ -411,11 +437,9 @@ def format_tables(rows: list[dict], checked: list[dict]) -> str:
 
 def setup_label(row: dict) -> str:
     """'sync', 'local n_sync 10', 'hierarchical async n_sync 20', 'local n_sync 10, 4
-    fragments'."""
+    fragments, int8'."""
     mode = row["mode"] + (f" n_sync {row['n_sync']}" if row["mode"] in LOCAL_MODES else "")
-    fragments = row.get("round_fragments", 1)
-    return (("hierarchical " if row.get("hierarchical") else "") + mode
-            + (f", {fragments} fragments" if fragments > 1 else ""))
+    return ("hierarchical " if row.get("hierarchical") else "") + mode + RoundForm.of(row).suffix
 
 
 def _plot(rows: list[dict], path: str) -> None:

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.buckets import gradient_buckets, parse_bucket_spec
+from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
@@ -59,25 +60,31 @@ class Setup:
     sync_seconds: float | None = None  # local modes: rounds every T seconds, not n_sync steps
     hierarchical: bool = False  # local modes: gradients averaged every step inside a host
     round_fragments: int = 1  # local modes: a round averages one of this many fragments
+    round_compression: str = "none"  # local modes: how a round travels (ROUND_COMPRESSIONS)
+
+    @property
+    def form(self) -> RoundForm:
+        return RoundForm(self.round_fragments, self.round_compression)
 
     @property
     def label(self) -> str:
         if self.sync_seconds is not None:
-            return f"{self.mode}, every {self.sync_seconds:g} s"
+            return f"{self.mode}, every {self.sync_seconds:g} s{self.form.suffix}"
         if self.mode == "sync" and self.bucket_mb != DEFAULT_BUCKET_MB:
             return f"sync, buckets {self.bucket_mb}"
         mode = f"hierarchical {self.mode}" if self.hierarchical else self.mode
         if self.mode not in LOCAL_MODES:
             return mode
-        fragments = f", {self.round_fragments} fragments" if self.round_fragments > 1 else ""
-        return f"{mode}, n_sync {self.n_sync}{fragments}"
+        return f"{mode}, n_sync {self.n_sync}{self.form.suffix}"
 
 
 def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
     mode = setup.mode if setup.mode in ("sync", "async") else "local"
     # Independent workers: local SGD whose first round would come after the last step.
     n_sync = (setup.n_sync or 1) if setup.mode in LOCAL_MODES else total_steps + 1
-    local = {"n_sync": n_sync, "sync_seconds": setup.sync_seconds} if mode in LOCAL_MODES else {}
+    local = dict(n_sync=n_sync, sync_seconds=setup.sync_seconds,
+                 round_compression=setup.round_compression,
+                 round_fragments=setup.round_fragments) if mode in LOCAL_MODES else {}
     return load_config(None, dict(
         model=setup.model, dataset=DATASET_OF[setup.data], synthetic_shape=setup.shape,
         batch_size=setup.batch_size, epochs=1, steps_per_epoch=total_steps, seed=setup.seed,
@@ -86,8 +93,7 @@ def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
         fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb,
-        hierarchical_sgd=setup.hierarchical, pin_cores=pin_cores, out=out,
-        **({"round_fragments": setup.round_fragments} if mode in LOCAL_MODES else {})))
+        hierarchical_sgd=setup.hierarchical, pin_cores=pin_cores, out=out))
 
 
 def _gradient_exchange(model: keras.Model, fp16: bool):

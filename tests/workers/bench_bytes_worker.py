@@ -16,11 +16,12 @@ from hvdtrain.config import load_config
 from hvdtrain.training.runner import train
 
 N_SYNC = 2
-# Neither mode averages the momentum by default; async's rounds go in float16 here. The
-# fragmented run's 8 steps hold two whole turns of its 2 fragments, then the end's round
-# of both.
+# Neither mode averages the momentum by default; async's rounds go in float16 here, the
+# int8 run's as int8 codes and scales. The fragmented run's 8 steps hold two whole turns
+# of its 2 fragments, then the end's round of both.
 SETUPS = {"local": (dict(mode="local"), 6),
           "async_fp16": (dict(mode="async", fp16_allreduce=True), 6),
+          "local_int8": (dict(mode="local", round_compression="int8"), 6),
           "local_2_fragments": (dict(mode="local", round_fragments=2), 8)}
 
 
