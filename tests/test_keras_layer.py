@@ -1,5 +1,6 @@
 """hvdtrain's public Keras 3 layer in users' own scripts, under real horovodrun jobs."""
 
+import ast
 import os
 import re
 
@@ -20,6 +21,21 @@ def readme_example(marker: str = "readme-example", page: str = "README.md") -> s
                       rf"<!-- {marker}: end -->", text, re.S)
     assert block, f"{page} lost its marked model.fit example ({marker})"
     return block.group(1)
+
+
+def _compile_calls(script: str) -> list[ast.Call]:
+    return [node for node in ast.walk(ast.parse(script)) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"]
+
+
+def test_the_readme_example_compiles_without_xla_as_a_gpu_host_needs():
+    """Keras's jit_compile="auto" compiles the whole step with XLA on a GPU, which Horovod's
+    ops in it cannot be: the example a user copies says jit_compile=False (issue 46)."""
+    calls = _compile_calls(readme_example())
+    assert calls, "the README's example has no compile call"
+    for call in calls:
+        jit = {k.arg: k.value for k in call.keywords}.get("jit_compile")
+        assert isinstance(jit, ast.Constant) and jit.value is False, ast.unparse(call)
 
 
 def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
