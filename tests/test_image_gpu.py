@@ -4,7 +4,7 @@ multi-node recipe with it as the hosts of an emulated cluster (`make test-image`
 and `make test-image-gpu` alone; root and podman).
 
 The module's fixture builds hvdtrain:gpu with `launch/image.sh`: the first time from
-scratch (Horovod compiles its CUDA kernels; about 19 minutes here from an empty store),
+scratch (Horovod compiles its CUDA kernels; 10.5 minutes here from an empty store),
 then from the engine's layer cache: seconds, or about 3 minutes after a change to
 hvdtrain's code. There is no GPU: the checks are those that need none.
 """
