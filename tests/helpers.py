@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 
 from hvdtrain.data.idx import UBYTE_TYPE
+from hvdtrain.fragments import fragments_of
 
 
 def write_idx(path: str, array: np.ndarray) -> None:
@@ -103,3 +104,17 @@ def weights_in_file(path) -> dict[str, np.ndarray]:
         fh.visititems(lambda name, obj: out.__setitem__(name, obj[()])
                       if isinstance(obj, h5py.Dataset) else None)
     return out
+
+
+def lenet_fragments(sizes, count: int) -> list[list[int]]:
+    """How `--round-fragments count` cuts LeNet's trainable variables (value counts
+    `sizes`, in order): its layers hold a kernel and a bias each, 4 bytes a value."""
+    return fragments_of([i // 2 for i in range(len(sizes))], [4 * s for s in sizes], count)
+
+
+def agreeing_variables(a: np.ndarray, b: np.ndarray, sizes) -> set[int]:
+    """The variables two flat weight vectors (variables of `sizes` values, in order) hold
+    to the bit."""
+    cuts = np.cumsum(sizes)[:-1]
+    return {i for i, (x, y) in enumerate(zip(np.split(a, cuts), np.split(b, cuts)))
+            if np.array_equal(x, y)}

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
-from helpers import runs_on_learnable_data
+from helpers import agreeing_variables, lenet_fragments, runs_on_learnable_data
 from hvdtrain import quantize
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
-from hvdtrain.fragments import fragments_of
 from hvdtrain.periods import PerWorkerPeriod, parse_period, resolve_period
 
 PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
@@ -115,25 +114,17 @@ def test_int8_rounds_between_hosts_leave_every_worker_on_the_same_bits(results):
     assert summary["bytes_allreduced_within_host"] == 7 * 4 * summary["parameters"]
 
 
-def _agreeing_variables(a: np.ndarray, b: np.ndarray, sizes) -> set[int]:
-    """The variables two flat weight vectors hold to the bit."""
-    cuts = np.cumsum(sizes)[:-1]
-    return {i for i, (x, y) in enumerate(zip(np.split(a, cuts), np.split(b, cuts)))
-            if np.array_equal(x, y)}
-
-
 @pytest.mark.multiprocess
 def test_fragmented_rounds_between_hosts_average_one_fragment_in_turn(results):
     ranks = results["every3_f2"]
     sizes = ranks[0]["sizes"]
-    # LeNet's layers hold a kernel and a bias each; no momentum, so a round carries weights.
-    fragments = fragments_of([i // 2 for i in range(len(sizes))], [4 * s for s in sizes], 2)
+    fragments = lenet_fragments(sizes, 2)  # no momentum: a round carries the weights alone
     for step in range(1, 8):
         for host in ((0, 1), (2, 3)):  # sync inside a host: its workers agree every step
             np.testing.assert_array_equal(ranks[host[0]]["steps"][step - 1],
                                           ranks[host[1]]["steps"][step - 1])
         expected = {3: set(fragments[0]), 6: set(fragments[1])}.get(step, set())
-        across = _agreeing_variables(ranks[0]["steps"][step - 1], ranks[2]["steps"][step - 1],
+        across = agreeing_variables(ranks[0]["steps"][step - 1], ranks[2]["steps"][step - 1],
                                      sizes)
         assert across == expected, step
     for rank in ranks[1:]:

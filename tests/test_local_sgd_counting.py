@@ -11,10 +11,13 @@ from hvdtrain.averaging import sync_points
 from hvdtrain.save_plan import SavePlan
 
 
-def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 40):
+def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 40,
+         hidden: bool = False):
+    """`hidden`: a second layer before the output, so the state has two layers to cut."""
     hk.init()  # a world of one worker
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    layers = [keras.layers.Dense(4)] if hidden else []
+    model = keras.Sequential([keras.Input((3,)), *layers, keras.layers.Dense(2)])
     model.compile(hk.with_gradient_averaging(keras.optimizers.SGD(0.1), averaging=False),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   steps_per_execution=steps_per_execution)
@@ -95,16 +98,9 @@ def test_a_warm_start_that_ends_inside_an_execution_is_refused_in_one_line():
 def test_a_fragmented_round_a_save_waits_for_averages_every_fragment_once():
     """Fragments without epoch rounds, a save every 6 steps, a round every 3: the period's
     rounds at a save (6, 12, 18) average the whole state, and nothing more."""
-    hk.init()
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
-    model.compile(hk.with_gradient_averaging(keras.optimizers.SGD(0.1), averaging=False),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False, saves=SavePlan("steps", 6),
                             round_fragments=2)
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(40, 3)).astype("float32"), rng.integers(0, 2, 40)
-    model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0, callbacks=[local_sgd])
+    _fit(local_sgd, 1, hidden=True)
     parts = local_sgd.averager.parts
     whole = local_sgd.averager.bytes_per_round
     # Rounds after 3, 9 and 15 (fragment 0: the run's rounds before them are even), after

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
-from helpers import runs_on_learnable_data
+from helpers import agreeing_variables, lenet_fragments, runs_on_learnable_data
 from hvdtrain import quantize
-from hvdtrain.fragments import fragments_of
 
 # LeNet, SGD with momentum kept by each worker (the default): a round carries the weights.
 # Rounds after steps 3 and 6 (fragments 0 and 1), and at the epoch's end after step 7
@@ -40,21 +39,10 @@ def results(tmp_path_factory):
     return {name: load_rank_files(str(root), name) for name in RUNS}
 
 
-def _variables(flat: np.ndarray, sizes) -> list[np.ndarray]:
-    return np.split(flat, np.cumsum(sizes)[:-1])
-
-
-def _fragments(sizes, count: int) -> list[list[int]]:
-    """Each fragment's trainable variables: LeNet's layers hold a kernel and a bias each."""
-    return fragments_of([i // 2 for i in range(len(sizes))], [4 * s for s in sizes], count)
-
-
 def _agreeing(ranks, step: int) -> set[int]:
     """The variables both ranks hold to the bit after `step` (1-based)."""
-    sizes = ranks[0]["sizes"]
-    pairs = zip(_variables(ranks[0]["steps"][step - 1], sizes),
-                _variables(ranks[1]["steps"][step - 1], sizes))
-    return {i for i, (a, b) in enumerate(pairs) if np.array_equal(a, b)}
+    return agreeing_variables(ranks[0]["steps"][step - 1], ranks[1]["steps"][step - 1],
+                              ranks[0]["sizes"])
 
 
 @pytest.mark.multiprocess
@@ -62,7 +50,7 @@ def _agreeing(ranks, step: int) -> set[int]:
 @pytest.mark.parametrize("name", ["f2", "f2_int8"])
 def test_a_period_round_leaves_only_its_fragment_agreeing_and_the_end_all(results, name):
     ranks = results[name]
-    fragments = _fragments(ranks[0]["sizes"], 2)
+    fragments = lenet_fragments(ranks[0]["sizes"], 2)
     for step in range(1, 8):
         expected = set(fragments[ROUND_STEPS[step]]) if step in ROUND_STEPS else set()
         assert _agreeing(ranks, step) == expected, step
@@ -86,11 +74,11 @@ def test_the_summary_counts_the_fragment_each_period_round_sent(results):
     whole = 4 * int(sum(sizes))
     assert summaries["whole"]["bytes_allreduced"] == 3 * whole
     for name, count in (("f2", 2), ("f4", 4), ("async_f2", 2)):
-        fragments = _fragments(sizes, count)
+        fragments = lenet_fragments(sizes, count)
         sent = [4 * sum(int(sizes[i]) for i in fragments[k]) for k in ROUND_STEPS.values()]
         assert summaries[name]["averaging_rounds"] == 3, name
         # Two period rounds of one fragment each, and the end's round of all of them.
         assert summaries[name]["bytes_allreduced"] == sum(sent) + whole, name
     int8 = [quantize.payload_bytes(sum(int(sizes[i]) for i in fragment), 2, "int8")
-            for fragment in _fragments(sizes, 2)]
+            for fragment in lenet_fragments(sizes, 2)]
     assert summaries["f2_int8"]["bytes_allreduced"] == 2 * sum(int8)
