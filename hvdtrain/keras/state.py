@@ -208,7 +208,8 @@ class ModelStateAverager:
                                 for w in self.weights]
         # A compressed round sends only each variable's change since the last round, from
         # the state every worker held then: float16 keeps 11 bits of a small change, where
-        # it would round the value itself to 2^-11 of its size and lose a late, small update. For the weights, SlowMo's x0 is exactly that state, so with an
+        # it would round the value itself to 2^-11 of its size and lose a late, small
+        # update. For the weights, SlowMo's x0 is exactly that state, so with an
         # outer optimizer the weights' reference is the anchor itself, updated by the outer
         # step; the statistics' and slots' reference is always a copy of their own.
         self.weights_reference = self.others_reference = None
@@ -314,7 +315,8 @@ class ModelStateAverager:
         """Every worker takes the workers' mean state for a while, as it is, and gets back
         its own state to put back later (`assign`): for evaluating and saving the average
         model between rounds without a round. No outer step, and SlowMo's x0 and the
-        compressed rounds' reference stay the last round's, so the next round is as if this never happened."""
+        compressed rounds' reference stay the last round's, so the next round is as if this
+        never happened."""
         own = read(self.variables)
         if own and comm.size() > 1:
             self._retrace_if_resized()
