@@ -174,13 +174,13 @@ def average(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = 
     return _allreduce_group(tensors, hvd.Average, name, fp16, flat, process_set)
 
 
-def total(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = False,
+def total(tensors: Sequence[tf.Tensor], name: str | None = None,
           flat: bool | None = None) -> list[tf.Tensor]:
     """Element-wise sum over workers, as one grouped allreduce; `flat` as for `average`."""
     tensors = list(tensors)
     if hvd.size() == 1 or not tensors:
         return tensors
-    return _allreduce_group(tensors, hvd.Sum, name, fp16, flat)
+    return _allreduce_group(tensors, hvd.Sum, name, False, flat)
 
 
 def _allreduce_group(tensors: list[tf.Tensor], op, name: str | None, fp16: bool,

@@ -215,7 +215,7 @@ class TrainConfig:
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
     round_compression: str = _opt(
         "none", "local and async modes: how a round's state travels. none: as it is, in one "
-                "allreduce (float16 with --fp16-allreduce). fp16 or int8: each worker sends its "
+                "allreduce (fp16 with --fp16-allreduce). fp16 or int8: each worker sends its "
                 "change since the last round (the pseudo-gradient), plus what its last round's "
                 "encoding cut off (error feedback), through an alltoall and an allgather, so "
                 "every worker ends the round with the same bits. int8: one byte a value and a "
@@ -265,8 +265,8 @@ class TrainConfig:
                "Horovod's allreduce has no XLA kernel (on CPU also set "
                "TF_XLA_FLAGS=--tf_xla_cpu_global_jit)")
     fp16_allreduce: bool = _opt(
-        False, "send gradients, and local and async rounds without --round-compression, "
-               "through allreduce as float16 (half the bytes)")
+        False, "send gradients through allreduce as float16 (half the bytes); local and async "
+               "rounds without --round-compression go as --round-compression fp16")
     bucket_mb: str = _opt(
         DEFAULT_BUCKET_MB, "sync mode: average gradients in groups, last layers first, so early "
                            "groups travel while back-propagation goes on: auto (the model's "
@@ -514,6 +514,12 @@ def n_sync_period(cfg: TrainConfig) -> int | AutoPeriod | PerWorkerPeriod | None
         return parse_period(cfg.n_sync)
     except PeriodError as exc:
         raise ConfigError(f"--n-sync {exc.problem}") from None
+
+
+def rounds_compression(round_compression: str, fp16_allreduce: bool) -> str:
+    """How local and async rounds travel: `round_compression`, or when that is "none" and
+    `fp16_allreduce` asks for float16, "fp16" (the same compressed rounds as asking for it)."""
+    return "fp16" if fp16_allreduce and round_compression == "none" else round_compression
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

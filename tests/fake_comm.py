@@ -208,8 +208,8 @@ class FakeComm:
         ranks = tuple(range(self.workers)) if group is None else tuple(group.ranks)
         return self._allreduce("average", tensors, name, fp16, ranks)
 
-    def fake_total(self, tensors, name=None, fp16=False, flat=None):
-        return self._allreduce("total", tensors, name, fp16, tuple(range(self.workers)))
+    def fake_total(self, tensors, name=None, flat=None):
+        return self._allreduce("total", tensors, name, False, tuple(range(self.workers)))
 
     def fake_broadcast(self, tensors, root_rank=0, name=None):
         def run(world, own):
@@ -357,7 +357,28 @@ def sent_by(rank: int, workers: int, run: Callable[[], Any],
     code sends. Its peers echo what it sends, since the collectives' results are thrown
     away: `run` should make no collective that depends on an earlier one's result.
     `world_options`: FakeComm's other arguments (`hosts`)."""
+    return _sent_given(rank, workers, run, {}, world_options)
+
+
+def settled_sends(workers: int, make_run: Callable[[int], Callable[[], Any]],
+                  passes: int = 2, **world_options) -> dict[int, dict[str | None, Any]]:
+    """What every worker hands to each collective, by rank and name, where a later send
+    depends on an earlier collective's result (a compressed round's allgather sends the
+    sum of what its alltoall brought, `hvdtrain.keras.compressed_rounds`). Each pass runs
+    every worker's `make_run(k)()` in a world whose peers send what they sent in the pass
+    before (at first, echo): `passes` is one more than the longest chain of such
+    collectives. The run must leave no state that changes its next pass's sends."""
+    sent: dict[int, dict[str | None, Any]] = {}
+    for _ in range(passes):
+        sent = {k: _sent_given(k, workers, make_run(k), sent, world_options)
+                for k in range(workers)}
+    return sent
+
+
+def _sent_given(rank: int, workers: int, run: Callable[[], Any],
+                sent: Mapping[int, Mapping[str | None, Any]], world_options) -> dict:
     world = FakeComm(workers, rank, peers=lambda name: ECHO, **world_options)
+    world.hold_sent({k: by_name for k, by_name in sent.items() if k != rank})
     with world:
         run()
     return {call.name: call.sent for call in world.calls}

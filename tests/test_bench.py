@@ -171,6 +171,21 @@ def test_each_round_compression_is_a_local_setup_crossed_with_n_sync_and_fragmen
     assert "round_compression" in CSV_COLUMNS
 
 
+def test_with_fp16_allreduce_uncompressed_bench_rounds_are_fp16_rounds_measured_once():
+    from hvdtrain.benchmarks.bench import _setups
+    from hvdtrain.cli import build_parser
+    from hvdtrain.config import load_config
+
+    args = build_parser().parse_args([
+        "bench", "--modes", "sync,local", "--n-sync", "10", "--round-compression",
+        "none,fp16,int8"])
+    cfg = load_config(None, {"model": "lenet", "fp16_allreduce": True})
+    # As `hvdtrain train --fp16-allreduce` sends them: its rounds are fp16 rounds, so a
+    # row says so (and `hvdtrain predict` costs them as fp16 rows), and fp16 runs once.
+    assert [(s["mode"], s["round_compression"]) for s in _setups(args, cfg)] == [
+        ("sync", "none"), ("local", "fp16"), ("local", "int8")]
+
+
 class _Clock:
     now = 0.0
 
@@ -311,9 +326,9 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
             assert bytes_of["gradient_steps"] == 0, name  # every byte the run counted is a round's
             assert bytes_of["bench"] == bytes_of["run"], name
     # LeNet's 61,706 weights alone (each worker keeps its momentum): 4 bytes in local
-    # mode, 2 in async.
+    # mode; 2 in async, whose --fp16-allreduce rounds are fp16 compressed rounds.
     assert found["local"]["run"] == 61_706 * 4
-    assert found["async_fp16"]["run"] == 61_706 * 2
+    assert found["async_fp16"]["run"] == quantize.payload_bytes(61_706, 2, "fp16") == 61_706 * 2
     # int8: a byte a weight and a float32 scale per 1,024, padded to a whole shard of
     # 1,024-value chunks for each of the 2 workers: about a quarter of float32's bytes.
     assert found["local_int8"]["run"] == quantize.payload_bytes(61_706, 2, "int8")

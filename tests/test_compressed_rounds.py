@@ -1,5 +1,6 @@
 """--round-compression on two real workers (horovodrun --gloo): int8 rounds leave both ranks
-with the same bits, and the run counts the bytes its rounds encode.
+with the same bits, and the run counts the bytes its rounds encode. In one process: fp16
+asked for by --fp16-allreduce (`LocalSGD(fp16_allreduce=True)`) is the same fp16 rounds.
 
 The one-process tests at K workers are in test_compressed_rounds_k_workers.py.
 """
@@ -8,14 +9,18 @@ from __future__ import annotations
 
 import json
 
+import keras
 import numpy as np
 import pytest
 
+import hvdtrain.keras as hk
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data
-from hvdtrain import quantize
+from hvdtrain import comm, quantize
 from hvdtrain.config import load_config
-from hvdtrain.errors import ConfigError
+from hvdtrain.errors import ArgumentError, ConfigError
+from hvdtrain.progress import TrainingProgress
+from hvdtrain.training.build import save_plan, state_callback
 
 # Rounds after steps 3 and 6 and at the epoch's end (after step 7); SGD with momentum,
 # which each worker keeps (the default).
@@ -87,3 +92,47 @@ def test_round_compression_is_refused_in_sync_mode_in_one_line():
     with pytest.raises(ConfigError, match="^--round-compression needs --mode local or async, "
                                           "got --round-compression fp16 with --mode sync$"):
         load_config(None, {"round_compression": "fp16"})
+
+
+def _batch_norm_model() -> keras.Model:
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4),
+                              keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+    return model
+
+
+def _rounds(averager) -> list[tuple]:
+    """How each fragment's rounds travel: compression, bytes, and the reference's size."""
+    return [(part.compressed and part.compressed.compression, part.payload_bytes,
+             len(part.reference or [])) for part in getattr(averager, "parts", [averager])]
+
+
+@pytest.mark.parametrize("fragments", [1, 2])
+def test_local_sgd_fp16_allreduce_builds_the_rounds_round_compression_fp16_does(fragments):
+    comm.init()
+    model = _batch_norm_model()
+    built = [hk.LocalSGD(n_sync=2, round_fragments=fragments, **options).attach(model)
+             for options in (dict(round_compression="fp16"), dict(fp16_allreduce=True),
+                             dict(fp16_allreduce=True, round_compression="fp16"))]
+    named, alias, both = map(_rounds, built)
+    assert alias == both == named
+    assert len(named) == fragments and all(kind == "fp16" for kind, _, _ in named)
+
+
+def test_local_sgd_refuses_fp16_allreduce_with_int8_rounds_in_one_line():
+    # In the Keras layer fp16_allreduce reaches only the rounds: beside int8 it would be lost.
+    with pytest.raises(ArgumentError, match=r"^LocalSGD\(fp16_allreduce=True\) sends rounds "
+                                            r"as float16, round_compression='int8' as int8: "
+                                            r"give one$"):
+        hk.LocalSGD(n_sync=2, fp16_allreduce=True, round_compression="int8")
+
+
+@pytest.mark.parametrize("compression, rounds", [("none", "fp16"), ("fp16", "fp16"),
+                                                  ("int8", "int8")])
+def test_train_with_fp16_allreduce_sends_rounds_as_fp16_unless_another_compression_is_asked(
+        compression, rounds):
+    comm.init()
+    cfg = load_config(None, dict(model="lenet", mode="local", n_sync=2, fp16_allreduce=True,
+                                 round_compression=compression))
+    callback = state_callback(cfg, _batch_norm_model(), TrainingProgress(0), save_plan(cfg))
+    assert callback.averager.compressed.compression == rounds

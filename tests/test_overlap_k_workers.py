@@ -5,7 +5,7 @@
 import numpy as np
 import pytest
 
-from fake_comm import FakeComm, sent_by
+from fake_comm import FakeComm, settled_sends
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.state import ModelStateAverager
 from workers.overlap_worker import batch_norm_model, move, set_statistics
@@ -15,10 +15,11 @@ REPORT = 2  # each round also sums a report of two numbers from every worker
 
 def worker(rank: int, fp16: bool) -> OverlappedRounds:
     """A worker's rounds over its own model, as in the horovodrun suite's worker. Without
-    fp16 the workers start apart, with their own BatchNorm statistics; with it they start
-    from one state (the reference fp16 rounds send changes from), then move a little apart."""
+    fp16 the workers start apart, with their own BatchNorm statistics; with it (a compressed
+    round) they start from one state (the reference its changes are sent from), then move a
+    little apart."""
     model = batch_norm_model(seed=1 if fp16 else 10 + rank)
-    averager = ModelStateAverager(model, fp16_allreduce=fp16)
+    averager = ModelStateAverager(model, compression="fp16" if fp16 else "none")
     set_statistics(model, rank, fp16)
     if fp16:
         averager.reset_anchor()
@@ -67,11 +68,13 @@ def one_round(workers: int, rank: int, fp16: bool):
     snapshots = [values(rounds) for rounds in everyone]
 
     def start_and_finish(k):
-        everyone[k].start(step=4, report=report(k))
-        everyone[k].finish()
+        rounds = worker(k, fp16)  # afresh at every pass: finishing moves its state
+        rounds.start(step=4, report=report(k))
+        rounds.finish()
+        rounds.close()
 
-    sent = {k: sent_by(k, workers, lambda k=k: start_and_finish(k))
-            for k in range(workers) if k != rank}
+    sent = settled_sends(workers, lambda k: lambda: start_and_finish(k))
+    sent = {k: by_name for k, by_name in sent.items() if k != rank}
     rounds = everyone[rank]
     with FakeComm(workers, rank) as world:
         world.hold_sent(sent)

@@ -1,12 +1,13 @@
 """ModelStateAverager: in one process (a world of one worker), and on two real workers whose
-state differs in known ways (BatchNorm variance pooling, fp16 rounds that send changes)."""
+state differs in known ways (BatchNorm variance pooling, fp16 rounds that send changes,
+LocalSGD's fp16_allreduce among them)."""
 
 import numpy as np
 import pytest
 import keras
 
 from conftest import horovodrun, load_rank_files
-from hvdtrain import comm
+from hvdtrain import comm, quantize
 from hvdtrain.averaging import outer_step
 from hvdtrain.keras.state import ModelStateAverager, OuterOptimizer, batch_norm_statistics
 from hvdtrain.models import build_model
@@ -47,15 +48,16 @@ def test_batchnorm_statistics_are_found_inside_nested_models():
 
 
 def test_without_fp16_a_round_keeps_no_reference_and_sends_the_same_bytes():
+    comm.init()
     model = _batch_norm_model()
     plain = ModelStateAverager(model, optimizer_state=True, outer=OuterOptimizer(1.0, 0.5))
     assert plain.reference is None
     sizes = [v.numpy().size for v in plain.variables]
     assert plain.payload_bytes == 4 * sum(sizes)
-    # fp16 halves the payload as before; the reference adds variables, not bytes.
+    # fp16 halves the payload; the reference adds variables, not bytes.
     fp16 = ModelStateAverager(model, optimizer_state=True, outer=OuterOptimizer(1.0, 0.5),
-                              fp16_allreduce=True)
-    assert fp16.payload_bytes == 2 * sum(sizes)
+                              compression="fp16")
+    assert fp16.payload_bytes == 2 * sum(sizes) == quantize.payload_bytes(sum(sizes), 1, "fp16")
     assert len(fp16.reference) == len(fp16.variables)
     assert fp16.reference[:len(fp16.weights)] == fp16.anchor  # SlowMo's x0, not a copy
 
@@ -69,7 +71,7 @@ def test_a_one_worker_round_leaves_batchnorm_statistics_exactly_as_they_were(fp1
     bn.moving_mean.assign([100.0, -30.0, 0.0])
     bn.moving_variance.assign([0.01, 0.003, 1.0])
     before = [v.numpy().copy() for v in model.weights]
-    ModelStateAverager(model, fp16_allreduce=fp16).average()
+    ModelStateAverager(model, compression="fp16" if fp16 else "none").average()
     for v, b in zip(model.weights, before):
         np.testing.assert_array_equal(v.numpy(), b)
 
@@ -107,7 +109,8 @@ def test_fp16_rounds_send_the_change_so_a_small_update_survives(ranks):
     second = _same_on_both_ranks(ranks, "fp16_round2")[0]
     expected = (first + float(F32(first + 2 * STEP))) / 2
     assert abs(second - expected) <= 2 * STEP * 2.0 ** -10 + F32_HALF_ULP_AT_1
-    assert int(ranks[0]["fp16_payload"]) == 2  # one float16 per round, as before
+    # One float16 per round, padded to a whole shard for each of the two workers.
+    assert int(ranks[0]["fp16_payload"]) == quantize.payload_bytes(1, 2, "fp16") == 4
 
 
 @pytest.mark.multiprocess
@@ -193,5 +196,6 @@ def test_fp16_rounds_pool_batchnorm_variance_from_the_changes(ranks):
 @pytest.mark.multiprocess
 def test_local_sgd_fit_with_fp16_and_slowmo_ends_every_round_in_consensus(ranks):
     # Different initial weights per rank: the references are taken after the broadcast.
-    # Each rank trained on its own data; the last step (an epoch end) ends in a round.
+    # Each rank trained on its own data; the last step (an epoch end) ends in a round, sent
+    # as fp16 compressed rounds by LocalSGD(fp16_allreduce=True): the same bits on both.
     _same_on_both_ranks(ranks, "fit_state")

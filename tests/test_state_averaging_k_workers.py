@@ -1,7 +1,7 @@
 """ModelStateAverager's rounds at K = 2, 3 and 4 workers, in one process (tests/fake_comm.py).
 
 Each test builds every worker's model; the other workers' sends come from running the same
-code as them (`sent_by`), and one rank's round is checked against numpy. The horovodrun
+code as them (`settled_sends`), and one rank's round is checked against numpy. The horovodrun
 suite (test_state_averaging.py) runs the same rounds over real collectives.
 """
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fake_comm import FakeComm, sent_by
+from fake_comm import FakeComm, sent_by, settled_sends
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
                                   current_learning_rate, optimizer_slots, read)
@@ -56,10 +56,18 @@ def distance(own, mean) -> float:
 
 
 def sends(averagers, rank, take_chief=False) -> dict:
-    """What every worker but `rank` hands to its round: the same code, run as that worker."""
-    workers = len(averagers)
-    return {k: sent_by(k, workers, lambda a=a: a.exchange(read(a.variables), take_chief))
-            for k, a in enumerate(averagers) if k != rank}
+    """What every worker but `rank` hands to its round: the same code, run as that worker
+    (keeping no residual, so that running it again sends the same)."""
+    def run(k):
+        a = averagers[k]
+        return lambda: a.exchange(read(a.variables), take_chief, feedback=False)
+    sent = settled_sends(len(averagers), run)
+    return {k: by_name for k, by_name in sent.items() if k != rank}
+
+
+def compressed_round(world) -> bool:
+    """Whether this worker's round went as a compressed round: an alltoall, then an allgather."""
+    return [call.kind for call in world.calls[:2]] == ["alltoall", "allgather"]
 
 
 def round_at(rank, averagers, distances=None, **average_options):
@@ -128,13 +136,13 @@ def test_fp16_rounds_at_k_workers_pool_batchnorm_variance_from_the_changes(worke
     averagers = []
     for k, model in enumerate(models):
         set_statistics(model, base_mean, base_variance)
-        averagers.append(ModelStateAverager(model, optimizer_state=True, fp16_allreduce=True))
+        averagers.append(ModelStateAverager(model, optimizer_state=True, compression="fp16"))
         averagers[-1].reset_anchor()  # the consensus every worker holds
         set_statistics(model, base_mean + mean_steps[k], base_variance + variance_steps[k])
     held_means = [F32(base_mean + s).astype(np.float64) for s in mean_steps]
     held_variances = [F32(base_variance + s).astype(np.float64) for s in variance_steps]
     world, _ = round_at(rank, averagers, distances=[0.0] * workers)
-    assert world.calls[0].fp16
+    assert compressed_round(world)
     expected_mean = np.mean(held_means, axis=0)
     expected_variance = np.mean([v + m ** 2 for v, m in zip(held_variances, held_means)],
                                 axis=0) - expected_mean ** 2
@@ -156,7 +164,7 @@ def test_fp16_rounds_send_the_change_so_k_workers_small_updates_survive_two_roun
     moves = [np.array([STEP, 0.0, 3 * STEP, -STEP])[:workers],
              np.array([0.0, 2 * STEP, STEP, STEP])[:workers]]
     models = [vector_model([1.0]) for _ in range(workers)]
-    averagers = [ModelStateAverager(m, fp16_allreduce=True) for m in models]
+    averagers = [ModelStateAverager(m, compression="fp16") for m in models]
     consensus = 1.0
     for round_moves in moves:
         for k, (model, averager) in enumerate(zip(models, averagers)):
@@ -166,9 +174,12 @@ def test_fp16_rounds_send_the_change_so_k_workers_small_updates_survive_two_roun
             model.trainable_variables[0].assign([[consensus + round_moves[k]]])
         held = [float(F32(consensus + m)) for m in round_moves]
         world, _ = round_at(rank, averagers, distances=[0.0] * workers)
-        # This worker sent its change from the consensus, in float16.
-        assert world.calls[0].fp16
-        assert world.sent("model_state")[0][0, 0] == pytest.approx(round_moves[rank], abs=1e-7)
+        # This worker sent its change from the consensus, in float16 (with what its last
+        # round's encoding cut off, at most 2^-11 of that round's change).
+        assert compressed_round(world)
+        (sent,) = world.sent("model_state_scatter")  # one row per shard
+        assert sent.dtype == np.float16
+        assert float(sent[0, 0]) == pytest.approx(round_moves[rank], abs=6 * STEP * 2.0 ** -11)
         got = float(models[rank].trainable_variables[0].numpy()[0, 0])
         assert abs(got - np.mean(held)) <= 3 * STEP * 2.0 ** -10 + 2.0 ** -23
         consensus = got
@@ -209,7 +220,7 @@ def test_outer_steps_at_k_workers_follow_slowmo_and_nesterov_over_three_rounds(
     assert np.abs(x0 - plain).max() > 100 * 1e-5
 
 
-@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("fp16", [False, True])  # fp16: a compressed round
 @pytest.mark.parametrize("workers, rank", [(3, 0), (3, 2), (2, 1)])
 def test_take_chief_gives_every_one_of_k_workers_rank_0s_state_not_the_mean(
         workers, rank, fp16):
@@ -220,7 +231,7 @@ def test_take_chief_gives_every_one_of_k_workers_rank_0s_state_not_the_mean(
     models = [batch_norm_model() for _ in range(workers)]
     averagers = []
     for k, model in enumerate(models):
-        averagers.append(ModelStateAverager(model, fp16_allreduce=fp16))
+        averagers.append(ModelStateAverager(model, compression="fp16" if fp16 else "none"))
         averagers[-1].reset_anchor()
         set_statistics(model, scale * data[k].mean(0), 1 + scale * (data[k].var(0) - 1))
         for w in model.trainable_variables:
@@ -231,7 +242,7 @@ def test_take_chief_gives_every_one_of_k_workers_rank_0s_state_not_the_mean(
     distances = [distance(weights(m), weights(models[0])) for m in models]
     world, returned = round_at(rank, averagers, distances, take_chief=True)
     # A sum in which the others put zeros: rank 0's state exactly, variances unpooled.
-    sent = world.sent("model_state_from_chief")
+    sent = world.sent("model_state_from_chief" + ("_scatter" if fp16 else ""))
     assert all(not s.any() for s in sent) == (rank != 0)
     for variable, expected in zip(averagers[rank].variables, chief):
         if fp16:  # rank 0's change since the reference, in float16
@@ -251,7 +262,7 @@ def test_fp16_rounds_at_three_workers_keep_adams_running_squares_non_negative(ta
         model = vector_model([1.0])
         model.compile(keras.optimizers.Adam(INNER_LR), "mse")
         build_optimizer(model)
-        averagers.append(ModelStateAverager(model, optimizer_state=True, fp16_allreduce=True))
+        averagers.append(ModelStateAverager(model, optimizer_state=True, compression="fp16"))
         for slot in optimizer_slots(model.optimizer):
             slot.assign(tf.fill(slot.shape, 5.5e-8))
         averagers[-1].reset_anchor()

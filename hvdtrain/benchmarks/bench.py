@@ -14,7 +14,8 @@ from hvdtrain.benchmarks.scaling import (add_scaling, overhead_against_reference
                                          ratios_to_reference)
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import (DEFAULT_BUCKET_MB, LOCAL_MODES, ROUND_COMPRESSIONS, load_config,
-                             parse_choice_list, parse_int_list, parse_seconds_list, parse_shape)
+                             parse_choice_list, parse_int_list, parse_seconds_list, parse_shape,
+                             rounds_compression)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 
@@ -82,7 +83,8 @@ def add_parser(commands) -> None:
                         help="local and async modes, timed rounds (--sync-seconds) too: one "
                              "setup per value, crossed with --n-sync and --round-fragments, "
                              "whose rounds travel as `hvdtrain train --round-compression` sends "
-                             "them, of: " + ", ".join(ROUND_COMPRESSIONS) + ". A compressed "
+                             "them (none with --fp16-allreduce: fp16), of: "
+                             + ", ".join(ROUND_COMPRESSIONS) + ". A compressed "
                              "row's bytes_per_round (and largest_burst_bytes) count what a "
                              "worker hands to a round: int8 codes, one byte a value, plus a "
                              "float32 scale per 1,024 values; or fp16, two bytes a value; "
@@ -181,8 +183,10 @@ def _setups(args, cfg) -> list[dict]:
     periods = parse_seconds_list(args.sync_seconds, "--sync-seconds") if args.sync_seconds else []
     bucket_specs = parse_bucket_list(args.bucket_mb)
     fragments = parse_int_list(args.round_fragments, "--round-fragments")
-    compressions = parse_choice_list(args.round_compression, "--round-compression",
-                                     ROUND_COMPRESSIONS)
+    # As `hvdtrain train` sends them: --fp16-allreduce's uncompressed rounds go as fp16.
+    compressions = list(dict.fromkeys(
+        rounds_compression(c, cfg.fp16_allreduce) for c in parse_choice_list(
+            args.round_compression, "--round-compression", ROUND_COMPRESSIONS)))
     setups = []
     for name in dict.fromkeys(parse_choice_list(args.modes, "--modes",
                                                 (*MODES, *HIERARCHICAL_OF))):

@@ -1,10 +1,10 @@
 """The workers' average shown for an evaluation between two rounds (`epoch_rounds=False`).
 
 While the view is open every worker holds the workers' mean state; when it closes each
-takes its own state back. It is no round: no outer step, SlowMo's x0 and the fp16
-reference stay the last round's, and the workers are not in consensus for anything else
-(a save waits for, or holds, a real round: `hvdtrain.round_policy`), so training goes on
-as if the evaluation had not happened.
+takes its own state back. It is no round: no outer step, SlowMo's x0 and the compressed
+rounds' reference stay the last round's, and the workers are not in consensus for
+anything else (a save waits for, or holds, a real round: `hvdtrain.round_policy`), so
+training goes on as if the evaluation had not happened.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rounds that average one fragment of the state in turn (`LocalSGD(round_fragments=F)`).
 
 The averaged variables are cut by layer into F fragments of about equal bytes
-(`hvdtrain.fragments`); each fragment is a `ModelStateAverager` of its own, so its fp16
+(`hvdtrain.fragments`); each fragment is a `ModelStateAverager` of its own, so its
 reference and its compressed residual are its own. A round the period holds averages
 fragment k mod F, k the run's round count (`TrainingProgress.averaging_rounds`, which every
 worker holds alike); a round that must leave the workers agreeing (a save, an elastic

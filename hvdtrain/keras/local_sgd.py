@@ -34,7 +34,7 @@ from typing import Callable
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS
+from hvdtrain.config import OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS, rounds_compression
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -81,20 +81,21 @@ class LocalSGD(keras.callbacks.Callback):
         is SlowMo or Nesterov at a fixed inner rate, `hvdtrain.keras.state.OuterOptimizer`).
       outer_lr, outer_momentum: alpha and beta of the named outer updates.
       broadcast_initial_state: start every worker from rank 0's state.
-      fp16_allreduce: rounds send each value's change since the last round, in a float16
-        allreduce.
+      fp16_allreduce: another name for `round_compression="fp16"` (rounds only: gradients
+        travel as the optimizer's `with_gradient_averaging(fp16_allreduce=...)` says). Not
+        with `round_compression="int8"`.
       round_compression: "none", or "fp16" or "int8": rounds send each worker's change
         since the last round plus what its last round's encoding cut off (error feedback),
         through an alltoall and an allgather, so every worker ends a round with the same
-        bits (`hvdtrain.keras.compressed_rounds`). int8 moves about a quarter of float32's
-        bytes. Not with `fp16_allreduce`.
+        bits (`hvdtrain.keras.compressed_rounds`). fp16 moves half of float32's bytes, int8
+        about a quarter.
       round_fragments: F > 1 cuts the averaged state by layer, in order, into F fragments of
         about equal bytes (`hvdtrain.keras.fragmented_rounds`); a period's round averages
         one fragment in turn (blocking, or with `overlap` behind the next steps), so a
         round's burst is about 1/F of the state and each fragment is averaged every F
         rounds, every F·n_sync steps. Rounds that must leave the workers agreeing (epoch
         ends, evaluations, saves, the warm start's hand-over, the run's end) average every
-        fragment. Each fragment keeps its own fp16 reference and compression residual. Not
+        fragment. Each fragment keeps its own compressed reference and residual. Not
         with an outer optimizer or `sync_seconds`.
       overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
         `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
@@ -178,7 +179,7 @@ class LocalSGD(keras.callbacks.Callback):
         super().__init__()
         period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
-        _check_compression(round_compression, fp16_allreduce)
+        round_compression = _compression(round_compression, fp16_allreduce)
         _check_fragments(round_fragments, outer_optimizer, sync_seconds)
         _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
                            warm_start_steps, epoch_rounds)
@@ -195,8 +196,7 @@ class LocalSGD(keras.callbacks.Callback):
             FragmentedAverager, count=round_fragments)
         self._averager_for = functools.partial(
             averager, trainable=True, statistics=average_bn_stats,
-            optimizer_state=average_optimizer_state, outer=outer, fp16_allreduce=fp16_allreduce,
-            compression=round_compression)
+            optimizer_state=average_optimizer_state, outer=outer, compression=round_compression)
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
@@ -539,13 +539,16 @@ def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer) -> None
         raise ArgumentError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
 
 
-def _check_compression(round_compression: str, fp16_allreduce: bool) -> None:
+def _compression(round_compression: str, fp16_allreduce: bool) -> str:
+    """How rounds travel. `fp16_allreduce` reaches nothing but the rounds here (gradients
+    are the optimizer's), so with int8 rounds it could only be ignored: refused instead."""
     if round_compression not in ROUND_COMPRESSIONS:
         raise ArgumentError(f"round_compression must be one of {ROUND_COMPRESSIONS}, "
                             f"got {round_compression!r}")
-    if fp16_allreduce and round_compression != "none":
-        raise ArgumentError(f"LocalSGD takes fp16_allreduce or round_compression, got "
-                            f"fp16_allreduce=True and round_compression={round_compression!r}")
+    if fp16_allreduce and round_compression == "int8":
+        raise ArgumentError("LocalSGD(fp16_allreduce=True) sends rounds as float16, "
+                            "round_compression='int8' as int8: give one")
+    return rounds_compression(round_compression, fp16_allreduce)
 
 
 def _check_fragments(round_fragments, outer_optimizer, sync_seconds) -> None:

@@ -113,7 +113,7 @@ class OverlappedRounds:
         # x - s can undo the floor the mean got: a variance stays a variance.
         assign(variables, self.averager.clamp_non_negative(updated))
         if self.averager.reference is not None:
-            # fp16 rounds send the change from a state every worker holds: this mean is one.
+            # Compressed rounds send the change from a state all workers hold: this mean is one.
             assign(self.averager.reference, means)
         return FinishedRound(float(distance), summed.numpy() if self.reports else None)
 

@@ -86,7 +86,8 @@ def optimizer_slots(optimizer) -> list:
 
 
 def variable_bytes(variables, fp16: bool = False) -> int:
-    """Allreduce payload of these variables; fp16 compression halves float32 and float64 ones."""
+    """Allreduce payload of these variables; `fp16` (Horovod's float16 compression, which
+    gradients take with --fp16-allreduce) halves float32 and float64 ones."""
     return payload_bytes((list(v.shape), 2 if fp16 and _dtype(v).is_floating else _dtype(v).size)
                          for v in variables)
 
@@ -175,20 +176,16 @@ class ModelStateAverager:
     statistics), and optimizer slots. BatchNorm moving variances are pooled (they take in
     the spread of the workers' means) in the same allreduce. With an `OuterOptimizer`, the
     averaged weights go through `hvdtrain.averaging.outer_step` before every worker takes
-    them. With `fp16_allreduce`, only the change since the last round travels, in a float16
-    allreduce. With `compression` "fp16" or "int8", the change travels compressed, with
-    error feedback (`hvdtrain.keras.compressed_rounds`), instead of through allreduce.
+    them. With `compression` "fp16" or "int8", only the change since the last round
+    travels, compressed, with error feedback (`hvdtrain.keras.compressed_rounds`), instead
+    of through allreduce.
     """
 
     def __init__(self, model: keras.Model, *, trainable: bool = True,
                  statistics: bool = True, optimizer_state: bool = False,
-                 outer: OuterOptimizer | None = None, fp16_allreduce: bool = False,
-                 compression: str = "none", only=None):
+                 outer: OuterOptimizer | None = None, compression: str = "none", only=None):
         """`only`: average just these of the chosen variables (a round's fragment,
         `hvdtrain.keras.fragmented_rounds`), with a reference and residual of their own."""
-        if fp16_allreduce and compression != "none":
-            raise ArgumentError(f"ModelStateAverager takes fp16_allreduce or compression, "
-                                f"got fp16_allreduce=True and compression={compression!r}")
         self.model = model
         kept = {id(v) for v in only} if only is not None else None
 
@@ -199,7 +196,6 @@ class ModelStateAverager:
         self.statistics = chosen(_floating(model.non_trainable_variables)) if statistics else []
         self.slots = chosen(optimizer_slots(model.optimizer)) if optimizer_state else []
         self.outer = outer if trainable else None
-        self.fp16_allreduce = fp16_allreduce
         self.anchor = self.buffers = None
         if self.outer is not None:
             # x0 (the weights after the last round) and the outer momentum buffer u (a
@@ -210,16 +206,16 @@ class ModelStateAverager:
             else:
                 self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
                                 for w in self.weights]
-        # With fp16 compression a round sends only each variable's change since the last
-        # round, from the state every worker held then: float16 keeps 11 bits of a small
-        # change, where it would round the value itself to 2^-11 of its size and lose a
-        # late, small update. For the weights, SlowMo's x0 is exactly that state, so with an
+        # A compressed round sends only each variable's change since the last round, from
+        # the state every worker held then: float16 keeps 11 bits of a small change, where
+        # it would round the value itself to 2^-11 of its size and lose a late, small
+        # update. For the weights, SlowMo's x0 is exactly that state, so with an
         # outer optimizer the weights' reference is the anchor itself, updated by the outer
         # step; the statistics' and slots' reference is always a copy of their own.
         self.weights_reference = self.others_reference = None
         self.compressed = None if compression == "none" else CompressedExchange(
             self.variables, compression)
-        if fp16_allreduce or self.compressed is not None:
+        if self.compressed is not None:
             self.weights_reference = (self.anchor if self.anchor is not None
                                       else _copies(self.weights))
             self.others_reference = _copies(self.statistics + self.slots)
@@ -250,7 +246,7 @@ class ModelStateAverager:
 
     @property
     def reference(self) -> list[tf.Variable] | None:
-        """fp16 rounds' reference, one per variable of `variables` (None without fp16)."""
+        """Compressed rounds' reference, one per variable of `variables` (None uncompressed)."""
         if self.weights_reference is None:
             return None
         return self.weights_reference + self.others_reference
@@ -261,7 +257,7 @@ class ModelStateAverager:
         which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`)."""
         if self.compressed is not None:
             return self.compressed.payload_bytes
-        return variable_bytes(self.variables, self.fp16_allreduce)
+        return variable_bytes(self.variables)
 
     @property
     def bytes_per_round(self) -> int:
@@ -290,7 +286,7 @@ class ModelStateAverager:
                 tf.TensorSpec([], tf.float32), apply_outer and self.outer is not None, take_chief)
 
     def reset_anchor(self) -> None:
-        """Take the current state as SlowMo's x0 and as the reference fp16 rounds send their
+        """Take the current state as SlowMo's x0 and as the reference compressed rounds send their
         change from. Call whenever every worker holds the same state, e.g. after a broadcast:
         workers whose references differ would end a round apart. A compressed round's
         residual goes too: nothing is owed to a state all workers hold."""
@@ -306,7 +302,7 @@ class ModelStateAverager:
 
         With `take_chief`, every worker takes rank 0's state instead of the mean (the end
         of a one-worker warm start). It travels as a sum in which the other workers put
-        zeros: the same allreduce, bytes and fp16 rounding as an averaging round.
+        zeros: the same exchange, bytes and rounding as an averaging round.
         """
         if not self.variables:
             return 0.0
@@ -318,8 +314,9 @@ class ModelStateAverager:
     def show_mean(self) -> list[tf.Tensor]:
         """Every worker takes the workers' mean state for a while, as it is, and gets back
         its own state to put back later (`assign`): for evaluating and saving the average
-        model between rounds without a round. No outer step, and SlowMo's x0 and the fp16
-        reference stay the last round's, so the next round is as if this never happened."""
+        model between rounds without a round. No outer step, and SlowMo's x0 and the
+        compressed rounds' reference stay the last round's, so the next round is as if this
+        never happened."""
         own = read(self.variables)
         if own and comm.size() > 1:
             self._retrace_if_resized()
@@ -353,8 +350,8 @@ class ModelStateAverager:
         return sorted({j for _, j in self._moments} | set(squares))
 
     def clamp_non_negative(self, values) -> list[tf.Tensor]:
-        """`values` (one per variable) with the non-negative ones floored at 0. A round in
-        float16 adds a rounded change to its reference, which can overshoot below 0: with
+        """`values` (one per variable) with the non-negative ones floored at 0. A compressed
+        round adds a rounded change to its reference, which can overshoot below 0: with
         reference 5.5e-8 and value 2e-8 it gives -4.6e-9, and Adam's sqrt(v) is then NaN."""
         values = list(values)
         for j in self.non_negative_positions:
@@ -381,9 +378,9 @@ class ModelStateAverager:
             # Rank is read when this is traced; `retrace` runs whenever the workers change.
             share = 1.0 if comm.is_chief() else 0.0
             received = comm.total([t * tf.constant(share, t.dtype) for t in sent],
-                                  name="model_state_from_chief", fp16=self.fp16_allreduce)
+                                  name="model_state_from_chief")
         else:
-            received = comm.average(sent, name=name, fp16=self.fp16_allreduce)
+            received = comm.average(sent, name=name)
         return self.clamp_non_negative(_decode(received, reference, moments))
 
     def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool):
@@ -424,14 +421,14 @@ def _job_means(distance, inner_lr) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.cast(mean[0], tf.float32), tf.cast(mean[1], inner_lr.dtype)
 
 
-# fp16 rounds keep the reference of the raw statistics (mean a, variance r) and take the
+# Compressed rounds keep the reference of the raw statistics (mean a, variance r) and take the
 # second moment about a: at the reference it is r itself, so the variance's reference serves
 # the sent quantity too, and what travels is Δv + Δm², as small as the changes. A reference
 # for v + m² would send Δv + 2mΔm instead, whose float16 rounding grows with the mean and can
 # swamp Δv where the mean is large next to the spread.
 
 def _encode(values, reference, moments) -> list[tf.Tensor]:
-    """What a worker allreduces: its values, each BatchNorm variance replaced by the second
+    """What a worker sends: its values, each BatchNorm variance replaced by the second
     moment (about 0, or with a reference about the reference mean); with a reference, minus it."""
     sent = list(values)
     for i, j in moments:
@@ -442,7 +439,7 @@ def _encode(values, reference, moments) -> list[tf.Tensor]:
 
 
 def _decode(received, reference, moments) -> list[tf.Tensor]:
-    """The new values from the allreduced ones: `_encode` undone on the means."""
+    """The new values from the exchanged ones: `_encode` undone on the means."""
     if reference is not None:
         received = [r + d for r, d in zip(reference, received)]
     received = list(received)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval
+from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval, rounds_compression
 from hvdtrain.data import DataSource
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.local_sgd import LocalSGD
@@ -71,9 +71,9 @@ def state_callback(cfg: TrainConfig, model: keras.Model, progress: TrainingProgr
             average_optimizer_state=cfg.average_optimizer_state,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
             outer_momentum=cfg.outer_momentum,
-            # --fp16-allreduce sends the rounds in float16 unless a compression does.
-            fp16_allreduce=cfg.fp16_allreduce and cfg.round_compression == "none",
-            round_compression=cfg.round_compression, round_fragments=cfg.round_fragments,
+            # --fp16-allreduce sends the rounds as fp16 unless another compression is asked.
+            round_compression=rounds_compression(cfg.round_compression, cfg.fp16_allreduce),
+            round_fragments=cfg.round_fragments,
             overlap=cfg.mode == "async", progress=progress, sync_seconds=cfg.sync_seconds,
             batch_size=cfg.batch_size, saves=saves, hierarchical=cfg.hierarchical_sgd,
             epoch_rounds=cfg.epoch_rounds, run_epochs=cfg.epochs)

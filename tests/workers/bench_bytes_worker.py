@@ -16,9 +16,9 @@ from hvdtrain.config import load_config
 from hvdtrain.training.runner import train
 
 N_SYNC = 2
-# Neither mode averages the momentum by default; async's rounds go in float16 here, the
-# int8 run's as int8 codes and scales. The fragmented run's 8 steps hold two whole turns
-# of its 2 fragments, then the end's round of both.
+# Neither mode averages the momentum by default; async's rounds go as fp16 compressed
+# rounds here (--fp16-allreduce), the int8 run's as int8 codes and scales. The fragmented
+# run's 8 steps hold two whole turns of its 2 fragments, then the end's round of both.
 SETUPS = {"local": (dict(mode="local"), 6),
           "async_fp16": (dict(mode="async", fp16_allreduce=True), 6),
           "local_int8": (dict(mode="local", round_compression="int8"), 6),

@@ -54,7 +54,7 @@ def update_rule(rank: int, out: dict, fp16: bool) -> None:
     # Without fp16 the ranks start apart on purpose; with it they start together (the
     # reference rounds send changes from must be common) and move apart before the round.
     model = batch_norm_model(seed=1 if fp16 else 10 + rank)
-    averager = ModelStateAverager(model, fp16_allreduce=fp16)
+    averager = ModelStateAverager(model, compression="fp16" if fp16 else "none")
     set_statistics(model, rank, fp16)
     if fp16:
         averager.reset_anchor()  # the common reference, then each rank's departure from it

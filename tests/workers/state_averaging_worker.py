@@ -69,7 +69,7 @@ def fp16_weight_rounds(rank) -> dict:
     """Plain averaging: rank 0 moves by STEP, then rank 1 by 2 STEP from the consensus."""
     model = one_weight_model()
     set_weight(model, WEIGHT)
-    averager = ModelStateAverager(model, fp16_allreduce=True)
+    averager = ModelStateAverager(model, compression="fp16")
     averager.reset_anchor()
     set_weight(model, WEIGHT + STEP if rank == 0 else WEIGHT)
     # What compressing the weights themselves gives: the change is rounded away.
@@ -87,7 +87,7 @@ def fp16_slowmo_rounds(rank) -> dict:
     """SlowMo (momentum 0.5): rank 0 moves by STEP in round 1, both by STEP in round 2."""
     model = one_weight_model()
     set_weight(model, WEIGHT)
-    averager = ModelStateAverager(model, outer=OuterOptimizer(1.0, 0.5), fp16_allreduce=True)
+    averager = ModelStateAverager(model, outer=OuterOptimizer(1.0, 0.5), compression="fp16")
     averager.reset_anchor()
     rows = []
     for moves in ((STEP, 0.0), (STEP, STEP)):
@@ -101,7 +101,7 @@ def fp16_slowmo_rounds(rank) -> dict:
 def fp16_take_chief(rank) -> dict:
     model = one_weight_model()
     set_weight(model, WEIGHT)
-    averager = ModelStateAverager(model, fp16_allreduce=True)
+    averager = ModelStateAverager(model, compression="fp16")
     averager.reset_anchor()
     set_weight(model, WEIGHT + STEP if rank == 0 else WEIGHT - 3 * STEP)
     averager.average(apply_outer=False, take_chief=True)
@@ -129,7 +129,7 @@ def pooled_fp16(rank) -> dict:
     slots = optimizer_slots(model.optimizer)
     for slot in slots:
         slot.assign(tf.fill(slot.shape, SLOT_BASE))
-    averager = ModelStateAverager(model, optimizer_state=True, fp16_allreduce=True)
+    averager = ModelStateAverager(model, optimizer_state=True, compression="fp16")
     averager.reset_anchor()
     set_statistics(model, BASE_MEAN + MEAN_STEPS[rank], BASE_VARIANCE + VARIANCE_STEPS[rank])
     for slot in slots:
@@ -154,7 +154,7 @@ def non_negative_slot_rounds(rank) -> dict:
         model.compile(getattr(keras.optimizers, name)(INNER_LR), "mse")
         build_optimizer(model)
         slots = optimizer_slots(model.optimizer)
-        averager = ModelStateAverager(model, optimizer_state=True, fp16_allreduce=True)
+        averager = ModelStateAverager(model, optimizer_state=True, compression="fp16")
         for take_chief in (False, True):
             for slot in slots:
                 slot.assign(tf.fill(slot.shape, SQUARE_REFERENCE))
@@ -170,8 +170,9 @@ def non_negative_slot_rounds(rank) -> dict:
 
 
 def local_sgd_fit(rank) -> dict:
-    """LocalSGD with fp16 and SlowMo in model.fit, from different initial weights: the
-    references must be reset after the initial broadcast for the rounds to agree."""
+    """LocalSGD with fp16 (`fp16_allreduce`, another name for round_compression="fp16")
+    and SlowMo in model.fit, from different initial weights: the references must be reset
+    after the initial broadcast for the rounds to agree."""
     keras.utils.set_random_seed(10 + rank)
     model = batch_norm_model()
     rng = np.random.default_rng(rank)
