@@ -378,6 +378,60 @@ def test_time_to_target_keeps_each_start_apart_and_notes_the_adaptive_periods_it
             "costs a fixed period only (--n-sync N)\n") in printed
 
 
+def test_time_to_target_averages_a_setups_seeds_that_reached_it_and_says_how_many_did(
+        tmp_path, capsys):
+    # Seeds overwrote one another: the last seed's examples stood for the setup.
+    seeds = [dict(name=f"w8-n10-cold-s{s}", workers=8, mode="local", n_sync=10, seed=s,
+                  examples_to_target=e) for s, e in ((1, 2000), (2, 2600), (3, ""))]
+    seeds += [dict(name="w1-s2", workers=1, mode="sync", n_sync=None, seed=2,
+                   examples_to_target=1400)]
+    out = tmp_path / "p"
+    assert main(["predict", _bench(tmp_path), "--workers", "8", "--link-rate", "1gbit",
+                 "--latency", "0", "--time-to-target", _sweep(tmp_path, more=seeds),
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "predict.json").read_text())["time_to_target"]
+    local = next(r for r in report["rows"] if r["mode"] == "local")
+    # _sweep's own w8-n10-cold run (2000) is a fourth run of the setup.
+    assert local["examples_to_target"] == pytest.approx((2000 + 2000 + 2600) / 3)
+    assert (local["runs_reached"], local["runs"]) == (3, 4)
+    assert report["alone_examples"] == pytest.approx(1200)  # w1 at 1000 and w1-s2 at 1400
+    assert "| 1gbit | local n_sync 10 | cold | 8 | 2200 | 1.83 |" in capsys.readouterr().out
+
+
+def test_time_to_target_costs_a_compressed_sweeps_runs_with_the_rows_of_its_rounds(tmp_path, capsys):
+    # A sweep of int8 rounds was costed as if its rounds were float32's.
+    path = tmp_path / "sweep.json"
+    sweep = dict(json.loads(open(_sweep(tmp_path)).read()),
+                 base_config={"round_compression": "int8", "round_fragments": 1})
+    path.write_text(json.dumps(sweep))
+    bench = tmp_path / "int8.json"
+    bench.write_text(json.dumps(_with_int8_rows(tmp_path, "100mbit")))
+    out = tmp_path / "p"
+    assert main(["predict", str(bench), "--workers", "8", "--link-rate", "100mbit", "--latency", "0",
+                 "--time-to-target", str(path), "--out", str(out)]) == 0
+    report = json.loads((out / "predict.json").read_text())
+    int8 = next(r for r in report["rows"] if r["mode"] == "local"
+                and (r["round_compression"], r["round_fragments"]) == ("int8", 1))
+    local = next(r for r in report["time_to_target"]["rows"] if r["mode"] == "local")
+    assert local["images_per_sec"] == int8["images_per_sec"]
+    assert report["time_to_target"]["round_form"] == {"round_fragments": 1,
+                                                      "round_compression": "int8"}
+    assert "Wall time to 85.00% test accuracy (local rounds, int8)" in capsys.readouterr().out
+
+
+def test_time_to_target_refuses_a_compressed_sweep_the_bench_has_no_rows_for(tmp_path, capsys):
+    path = tmp_path / "sweep.json"
+    sweep = dict(json.loads(open(_sweep(tmp_path)).read()),
+                 base_config={"round_compression": "none", "fp16_allreduce": True})
+    path.write_text(json.dumps(sweep))
+    assert main(["predict", _bench(tmp_path), "--workers", "8", "--link-rate", "1gbit",
+                 "--time-to-target", str(path), "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err == (
+        "hvdtrain: error: --time-to-target: the sweep's local runs sent rounds of "
+        "--round-compression fp16 --round-fragments 1, and the bench has no local or async "
+        "rows of them to cost them with: run `hvdtrain bench` with those options\n")
+
+
 def test_batch_size_without_step_seconds_is_refused_in_one_line(tmp_path, capsys):
     # Alone it would multiply the bench's images/sec by 128 over the bench's batch of 32.
     assert main(["predict", _bench(tmp_path), "--batch-size", "128",

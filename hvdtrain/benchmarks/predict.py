@@ -106,8 +106,11 @@ def add_parser(commands) -> None:
                              "--step-seconds (default: the bench's)")
     parser.add_argument("--time-to-target", default=None, metavar="SWEEP_JSON",
                         help="sweep.json of `hvdtrain sweep --target`: each setup's examples "
-                             "to the target over its predicted images/sec, as a speed-up in "
-                             "wall time over the one-worker run")
+                             "to the target (over --seeds, the mean of the seeds that reached "
+                             "it, and how many did) over its predicted images/sec, as a "
+                             "speed-up in wall time over the one-worker run; local and async "
+                             "setups are costed with the bench's rows of the sweep's "
+                             "--round-compression and --round-fragments")
     parser.add_argument("--check", nargs="*", default=[], metavar="BENCH_JSON",
                         help="benches run with --link-rate: predict their rows and compare")
     parser.add_argument("--out", default=None,
@@ -364,8 +367,8 @@ def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload) -> 
     """The speed-up table's rows and what heads it, for --time-to-target."""
     if sweep_path is None:
         return None
-    reached = predicted_speedup.examples_to_target(
-        read_input(sweep_path, "runs", "a sweep.json"), sweep_path)
+    sweep = read_input(sweep_path, "runs", "a sweep.json")
+    reached = predicted_speedup.examples_to_target(sweep, sweep_path)
     alone = reached.one_worker()
     if alone is None:
         raise ConfigError(f"--time-to-target {sweep_path}: its one-worker run never reached "
@@ -374,10 +377,11 @@ def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload) -> 
     if note:
         print(note, flush=True)
     one_worker = work.batch_per_worker / work.compute_seconds
-    # A sweep's runs name no round form: they stand for whole, uncompressed rounds only.
-    whole = [r for r in rows if RoundForm.of(r) == RoundForm()]
-    return {"rows": predicted_speedup.speedups(whole, reached, one_worker),
-            "target": reached.target, "alone_examples": alone, "alone_images_per_sec": one_worker}
+    form = predicted_speedup.sweep_round_form(sweep)
+    chosen = predicted_speedup.rows_of_form(rows, form, reached)
+    return {"rows": predicted_speedup.speedups(chosen, reached, one_worker),
+            "target": reached.target, "alone_examples": alone, "alone_images_per_sec": one_worker,
+            "round_form": form.columns()}
 
 
 def read_input(path: str, key: str, what: str) -> dict:

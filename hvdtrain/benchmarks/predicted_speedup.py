@@ -6,18 +6,24 @@ first reach the target, here. A setup's predicted seconds to the target elsewher
 those examples over its predicted images/sec there, and its speed-up is the one-worker
 run's predicted seconds over its own. What carries over from the sweep is only the ratio
 of examples: how much statistical efficiency a setup loses or gains per example, which
-this assumes the other model and data would share.
+this assumes the other model and data would share. A sweep over seeds gives each setup
+the mean of its seeds that reached the target, and says how many did; its local runs sent
+rounds of the sweep's own form (`--round-compression`, `--round-fragments`), so they are
+costed with the predicted rows of that form only.
 """
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from statistics import fmean
 
-from hvdtrain.config import LOCAL_MODES
+from hvdtrain.benchmarks.round_form import RoundForm
+from hvdtrain.config import LOCAL_MODES, rounds_compression
 from hvdtrain.errors import ConfigError
 
 COLUMNS = ("mode", "n_sync", "start", "workers", "link_rate", "examples_to_target",
-           "examples_ratio", "images_per_sec", "speedup")
+           "examples_ratio", "images_per_sec", "speedup", "runs_reached", "runs")
 
 # (mode, n_sync, workers, start): a sync run's period is 1, as predict counts it.
 Setup = tuple[str, int, int, str]
@@ -25,14 +31,16 @@ Setup = tuple[str, int, int, str]
 
 @dataclass(frozen=True)
 class SweepTargets:
-    """What a sweep says about its target: the examples each of its flat runs needed to
-    reach it, by setup; the target; and the runs left out, with their period."""
+    """What a sweep says about its target: the examples its flat runs needed to reach it,
+    by setup (the mean over the seeds that reached it); the target; the runs left out,
+    with their period; and per setup, how many of its runs reached it of how many ran."""
 
-    examples: dict[Setup, int]
+    examples: dict[Setup, float]
     target: float | None
     left_out: list[tuple[str, str]] = field(default_factory=list)
+    reached: dict[Setup, tuple[int, int]] = field(default_factory=dict)
 
-    def one_worker(self) -> int | None:
+    def one_worker(self) -> float | None:
         """Examples the one-worker run needed, or None without one that reached it."""
         return next((examples for (mode, _, workers, _), examples in self.examples.items()
                      if (mode, workers) == ("sync", 1)), None)
@@ -49,28 +57,59 @@ def fixed_period(mode: str, n_sync) -> int | None:
 
 
 def examples_to_target(sweep: dict, path: str = "the sweep") -> SweepTargets:
-    """Examples each of the sweep's flat runs needed to reach the target, by setup and
-    start; runs that never reached it are left out, and so (named in `left_out`) are those
-    of a period without a number. A one-worker run counts as sync. One target for all: by
-    default a sweep sets one per worker count, which would compare unlike with unlike."""
-    found, targets, left_out = {}, set(), []
+    """Examples each of the sweep's flat setups needed to reach the target, by setup and
+    start: the mean over its runs (seeds) that reached it; a setup none of whose runs
+    reached it is left out, and so (named in `left_out`) are runs of a period without a
+    number. A one-worker run counts as sync. One target for all: by default a sweep sets
+    one per worker count, which would compare unlike with unlike."""
+    found, runs, targets, left_out = defaultdict(list), Counter(), set(), []
     for run in sweep["runs"]:
-        examples = run.get("examples_to_target")
-        if examples in ("", None) or run["mode"] not in ("sync", *LOCAL_MODES):
+        if run["mode"] not in ("sync", *LOCAL_MODES):
             continue
+        examples = run.get("examples_to_target")
+        reached = examples not in ("", None)
         mode = "sync" if run["workers"] == 1 else run["mode"]
         period = fixed_period(mode, run["n_sync"])
         if period is None:
-            left_out.append((run.get("name", f"{run['workers']} workers"), str(run["n_sync"])))
+            if reached:
+                left_out.append((run.get("name", f"{run['workers']} workers"), str(run["n_sync"])))
             continue
         # Sweeps from before the start was recorded ran their one start cold.
-        found[(mode, period, run["workers"], run.get("start") or "cold")] = int(examples)
-        targets.add(run["target"])
+        setup = (mode, period, run["workers"], run.get("start") or "cold")
+        runs[setup] += 1  # a seed that never reached it (or diverged) counts here only
+        if reached:
+            found[setup].append(int(examples))
+            targets.add(run["target"])
     if len(targets) > 1:
         raise ConfigError(f"{path}: its runs have different targets "
                           f"({', '.join(f'{t:.2%}' for t in sorted(targets))}); run the sweep "
                           "again with one --target")
-    return SweepTargets(found, targets.pop() if targets else None, left_out)
+    return SweepTargets({s: fmean(e) for s, e in found.items()},
+                        targets.pop() if targets else None, left_out,
+                        {s: (len(e), runs[s]) for s, e in found.items()})
+
+
+def sweep_round_form(sweep: dict) -> RoundForm:
+    """How the sweep's local and async runs sent their rounds: its base config's
+    fragments and compression (--fp16-allreduce's uncompressed rounds are fp16 rounds).
+    Sweeps from before the base config was recorded sent whole, uncompressed rounds."""
+    base = sweep.get("base_config") or {}
+    return RoundForm(base.get("round_fragments") or 1,
+                     rounds_compression(base.get("round_compression") or "none",
+                                        bool(base.get("fp16_allreduce"))))
+
+
+def rows_of_form(rows: list[dict], form: RoundForm, reached: SweepTargets) -> list[dict]:
+    """The predicted rows that stand for the sweep's runs: sync's, and the local and async
+    ones whose rounds have the sweep's form. Refused in one line where the sweep has local
+    or async setups and the prediction has no row of that form to cost them with."""
+    local = [r for r in rows if r["mode"] in LOCAL_MODES and RoundForm.of(r) == form]
+    if not local and any(mode in LOCAL_MODES for mode, *_ in reached.examples):
+        raise ConfigError(f"--time-to-target: the sweep's local runs sent rounds of "
+                          f"--round-compression {form.compression} --round-fragments "
+                          f"{form.fragments}, and the bench has no local or async rows of "
+                          f"them to cost them with: run `hvdtrain bench` with those options")
+    return [r for r in rows if r["mode"] not in LOCAL_MODES] + local
 
 
 def speedups(rows: list[dict], reached: SweepTargets,
@@ -90,11 +129,12 @@ def speedups(rows: list[dict], reached: SweepTargets,
             if (mode, n_sync, workers) != (row["mode"], row["n_sync"], row["workers"]):
                 continue
             seconds = examples / row["images_per_sec"]
+            hits, ran = reached.reached[(mode, n_sync, workers, start)]
             out.append({"mode": mode, "n_sync": n_sync, "start": start, "workers": workers,
                         "link_rate": row["link_rate"], "examples_to_target": examples,
                         "examples_ratio": examples / alone,
                         "images_per_sec": row["images_per_sec"],
-                        "speedup": alone_seconds / seconds})
+                        "speedup": alone_seconds / seconds, "runs_reached": hits, "runs": ran})
     return out
 
 
@@ -107,15 +147,18 @@ def left_out_note(reached: SweepTargets) -> str | None:
             "period only (--n-sync N)")
 
 
-def format_table(rows: list[dict], target: float, alone_examples: int,
-                 alone_images_per_sec: float) -> str:
-    head = (f"Wall time to {target:.2%} test accuracy, against one worker (which needed "
-            f"{alone_examples} examples, at {alone_images_per_sec:.1f} images/sec):\n"
+def format_table(rows: list[dict], target: float, alone_examples: float,
+                 alone_images_per_sec: float, round_form: dict | None = None) -> str:
+    form = RoundForm.of(round_form or {})
+    rounds = f" (local rounds{form.suffix})" if form != RoundForm() else ""
+    head = (f"Wall time to {target:.2%} test accuracy{rounds}, against one worker (which "
+            f"needed {alone_examples:.0f} examples, at {alone_images_per_sec:.1f} images/sec):\n"
             "| link | mode | start | workers | examples to target | × one worker's | "
-            "images/sec | speed-up |\n" + "|" + "---|" * 8)
+            "images/sec | speed-up | runs that reached it |\n" + "|" + "---|" * 9)
     lines = [f"| {r['link_rate']} | {r['mode']}"
              f"{' n_sync ' + str(r['n_sync']) if r['mode'] in LOCAL_MODES else ''} | "
-             f"{r['start']} | {r['workers']} | {r['examples_to_target']} | "
-             f"{r['examples_ratio']:.2f} | {r['images_per_sec']:.1f} | {r['speedup']:.2f}× |"
+             f"{r['start']} | {r['workers']} | {r['examples_to_target']:.0f} | "
+             f"{r['examples_ratio']:.2f} | {r['images_per_sec']:.1f} | {r['speedup']:.2f}× | "
+             f"{r['runs_reached']} of {r['runs']} |"
              for r in rows]
     return "\n".join([head, *lines])
