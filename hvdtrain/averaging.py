@@ -19,9 +19,11 @@ together is the mean of their variances plus the spread of their means,
       σ² = mean_k(σ_k² + (μ_k − c)²) − (mean_k(μ_k) − c)²   for any c shared by all,
 so a worker sends σ_k² + (μ_k − c)² (`second_moment`) in place of σ_k², at no extra cost.
 
-With float16 compression a round sends x − x_ref, the change since the last round's
-consensus x_ref, and every worker takes x_ref + mean_k(x_k − x_ref): float16 rounds the
-small change instead of the weight itself (`hvdtrain.keras.state.ModelStateAverager`).
+With compressed rounds (fp16 or int8) a round sends x − x_ref, the change since the last
+round's consensus x_ref, plus what the worker's last encoding cut off, and every worker
+takes x_ref + the decoded mean: the encoding rounds the small change instead of the
+weight itself (`hvdtrain.keras.state.ModelStateAverager`,
+`hvdtrain.keras.compressed_rounds`).
 """
 
 from __future__ import annotations

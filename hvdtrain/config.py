@@ -215,7 +215,7 @@ class TrainConfig:
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
     round_compression: str = _opt(
         "none", "local and async modes: how a round's state travels. none: as it is, in one "
-                "allreduce (fp16 with --fp16-allreduce). fp16 or int8: each worker sends its "
+                "allreduce (with --fp16-allreduce: as fp16 below). fp16 or int8: each worker sends its "
                 "change since the last round (the pseudo-gradient), plus what its last round's "
                 "encoding cut off (error feedback), through an alltoall and an allgather, so "
                 "every worker ends the round with the same bits. int8: one byte a value and a "

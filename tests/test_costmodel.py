@@ -10,6 +10,7 @@ import pytest
 
 from hvdtrain.cli import main
 from hvdtrain.benchmarks.predict import workload
+from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.costmodel import (Hierarchy, Link, Workload, exchange_seconds, floor_of_whole_payload,
                                 predict, ring_allreduce_seconds, step_seconds)
 
@@ -395,7 +396,10 @@ def test_time_to_target_averages_a_setups_seeds_that_reached_it_and_says_how_man
     assert local["examples_to_target"] == pytest.approx((2000 + 2000 + 2600) / 3)
     assert (local["runs_reached"], local["runs"]) == (3, 4)
     assert report["alone_examples"] == pytest.approx(1200)  # w1 at 1000 and w1-s2 at 1400
-    assert "| 1gbit | local n_sync 10 | cold | 8 | 2200 | 1.83 |" in capsys.readouterr().out
+    assert report["alone_runs"] == [2, 2]
+    printed = capsys.readouterr().out
+    assert "| 1gbit | local n_sync 10 | cold | 8 | 2200 | 1.83 |" in printed
+    assert "(which needed 1200 examples, 2 of 2 runs reaching it, at" in printed
 
 
 def test_time_to_target_costs_a_compressed_sweeps_runs_with_the_rows_of_its_rounds(tmp_path, capsys):
@@ -412,11 +416,35 @@ def test_time_to_target_costs_a_compressed_sweeps_runs_with_the_rows_of_its_roun
     report = json.loads((out / "predict.json").read_text())
     int8 = next(r for r in report["rows"] if r["mode"] == "local"
                 and (r["round_compression"], r["round_fragments"]) == ("int8", 1))
-    local = next(r for r in report["time_to_target"]["rows"] if r["mode"] == "local")
-    assert local["images_per_sec"] == int8["images_per_sec"]
+    sync = next(r for r in report["rows"] if (r["mode"], r["workers"]) == ("sync", 8))
+    speedups = {r["mode"]: r for r in report["time_to_target"]["rows"]}
+    assert speedups["local"]["images_per_sec"] == int8["images_per_sec"]
+    assert speedups["sync"]["images_per_sec"] == sync["images_per_sec"]  # sync has no form
     assert report["time_to_target"]["round_form"] == {"round_fragments": 1,
                                                       "round_compression": "int8"}
     assert "Wall time to 85.00% test accuracy (local rounds, int8)" in capsys.readouterr().out
+
+
+def test_a_bench_from_before_fp16_rounds_were_named_costs_its_fp16_allreduce_rounds_as_fp16():
+    # Its local rows said round_compression none, and their bytes were float16's.
+    old = dict(mode="local", n_sync=10, fp16_allreduce=True, round_compression="none")
+    assert RoundForm.of(old) == RoundForm(1, "fp16")
+    assert RoundForm.of(dict(old, fp16_allreduce=False)) == RoundForm()
+
+
+def test_time_to_target_notes_a_sweep_whose_gradients_travelled_unlike_the_benchs(
+        tmp_path, capsys):
+    path = tmp_path / "sweep.json"
+    sweep = dict(json.loads(open(_sweep(tmp_path)).read()),
+                 base_config={"fp16_allreduce": True, "round_compression": "int8"})
+    path.write_text(json.dumps(sweep))
+    bench = tmp_path / "int8.json"
+    bench.write_text(json.dumps(_with_int8_rows(tmp_path)))
+    assert main(["predict", str(bench), "--workers", "8", "--link-rate", "1gbit",
+                 "--time-to-target", str(path), "--out", str(tmp_path / "p")]) == 0
+    assert ("hvdtrain: note: the sweep's gradients travelled as float16 (--fp16-allreduce), "
+            "the bench's as float32: sync mode is costed with the bench's bytes\n"
+            ) in capsys.readouterr().out
 
 
 def test_time_to_target_refuses_a_compressed_sweep_the_bench_has_no_rows_for(tmp_path, capsys):
@@ -429,7 +457,8 @@ def test_time_to_target_refuses_a_compressed_sweep_the_bench_has_no_rows_for(tmp
     assert capsys.readouterr().err == (
         "hvdtrain: error: --time-to-target: the sweep's local runs sent rounds of "
         "--round-compression fp16 --round-fragments 1, and the bench has no local or async "
-        "rows of them to cost them with: run `hvdtrain bench` with those options\n")
+        "rows of them to cost them with: run `hvdtrain bench` with those options (its "
+        "--fp16-allreduce sends uncompressed rounds as fp16)\n")
 
 
 def test_batch_size_without_step_seconds_is_refused_in_one_line(tmp_path, capsys):
@@ -505,8 +534,6 @@ def _with_int8_rows(tmp_path, link_rate=None) -> dict:
 
 
 def test_compressed_rows_are_predicted_apart_from_uncompressed_ones(tmp_path, capsys):
-    from hvdtrain.benchmarks.round_form import RoundForm
-
     path = tmp_path / "int8.json"
     path.write_text(json.dumps(_with_int8_rows(tmp_path)))
     assert main(["predict", str(path), "--workers", "8", "--link-rate", "10mbit", "--latency",

@@ -166,8 +166,10 @@ def test_a_diverged_sync_run_reaches_no_target_and_sets_no_default(tmp_path):
         in format_table(rows, 400)
     # `hvdtrain predict --time-to-target` reads the sweep's rows: the diverged one is not a setup.
     add_time_to_target(rows, dirs, 0.85)
-    assert examples_to_target({"runs": rows}).examples == {("sync", 1, 4, "cold"): 1280,
-                                                           ("sync", 1, 1, "cold"): 1280}
+    reached = examples_to_target({"runs": rows})
+    assert reached.examples == {("sync", 1, 4, "cold"): 1280, ("sync", 1, 1, "cold"): 1280}
+    # The diverged seed is a run of its setup that never reached the target.
+    assert reached.reached == {("sync", 1, 4, "cold"): (1, 2), ("sync", 1, 1, "cold"): (1, 1)}
 
 
 def test_a_setting_counts_its_diverged_seeds_and_averages_the_finished_ones():

@@ -339,7 +339,8 @@ def run(args: argparse.Namespace) -> int:
     checked = [c for other in shaped for c in checks(work_for, other, latency, host_link)]
     out = args.out or os.path.dirname(os.path.abspath(args.bench_json))
     os.makedirs(out, exist_ok=True)
-    to_target = time_to_target(args.time_to_target, rows, work)
+    to_target = time_to_target(args.time_to_target, rows, work,
+                               bool(bench["rows"][0].get("fp16_allreduce")))
     files.write_json(os.path.join(out, "predict.json"), {
         "bench": args.bench_json, "workload": asdict(work), "latency_us": args.latency,
         "workers_per_link": args.workers_per_link, "workers_per_host": hierarchy.workers_per_host,
@@ -363,8 +364,10 @@ def on_hardware(work: Workload, args: argparse.Namespace) -> Workload:
     return work
 
 
-def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload) -> dict | None:
-    """The speed-up table's rows and what heads it, for --time-to-target."""
+def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload,
+                   bench_fp16: bool = False) -> dict | None:
+    """The speed-up table's rows and what heads it, for --time-to-target; `bench_fp16`:
+    whether the bench's gradients travelled as float16 (--fp16-allreduce)."""
     if sweep_path is None:
         return None
     sweep = read_input(sweep_path, "runs", "a sweep.json")
@@ -379,9 +382,13 @@ def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload) -> 
     one_worker = work.batch_per_worker / work.compute_seconds
     form = predicted_speedup.sweep_round_form(sweep)
     chosen = predicted_speedup.rows_of_form(rows, form, reached)
+    note = predicted_speedup.gradients_note(sweep, bench_fp16)
+    if note:
+        print(note, flush=True)
     return {"rows": predicted_speedup.speedups(chosen, reached, one_worker),
-            "target": reached.target, "alone_examples": alone, "alone_images_per_sec": one_worker,
-            "round_form": form.columns()}
+            "target": reached.target, "alone_examples": alone,
+            "alone_runs": list(reached.one_worker_runs()),
+            "alone_images_per_sec": one_worker, "round_form": form.columns()}
 
 
 def read_input(path: str, key: str, what: str) -> dict:

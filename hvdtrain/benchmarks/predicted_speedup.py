@@ -42,8 +42,14 @@ class SweepTargets:
 
     def one_worker(self) -> float | None:
         """Examples the one-worker run needed, or None without one that reached it."""
-        return next((examples for (mode, _, workers, _), examples in self.examples.items()
-                     if (mode, workers) == ("sync", 1)), None)
+        return next((self.examples[s] for s in self._one_worker_setups()), None)
+
+    def one_worker_runs(self) -> tuple[int, int] | None:
+        """How many of the one-worker runs reached the target, of how many ran."""
+        return next((self.reached[s] for s in self._one_worker_setups()), None)
+
+    def _one_worker_setups(self) -> list[Setup]:
+        return [s for s in self.examples if (s[0], s[2]) == ("sync", 1)]
 
 
 def fixed_period(mode: str, n_sync) -> int | None:
@@ -99,6 +105,17 @@ def sweep_round_form(sweep: dict) -> RoundForm:
                                         bool(base.get("fp16_allreduce"))))
 
 
+def gradients_note(sweep: dict, bench_fp16: bool) -> str | None:
+    """One line where the sweep's gradients and the bench's travelled in different
+    precisions (--fp16-allreduce in one only): sync's bytes are then the bench's."""
+    sweep_fp16 = bool((sweep.get("base_config") or {}).get("fp16_allreduce"))
+    if sweep_fp16 == bench_fp16:
+        return None
+    said = {True: "float16 (--fp16-allreduce)", False: "float32"}
+    return (f"hvdtrain: note: the sweep's gradients travelled as {said[sweep_fp16]}, the "
+            f"bench's as {said[bench_fp16]}: sync mode is costed with the bench's bytes")
+
+
 def rows_of_form(rows: list[dict], form: RoundForm, reached: SweepTargets) -> list[dict]:
     """The predicted rows that stand for the sweep's runs: sync's, and the local and async
     ones whose rounds have the sweep's form. Refused in one line where the sweep has local
@@ -108,7 +125,8 @@ def rows_of_form(rows: list[dict], form: RoundForm, reached: SweepTargets) -> li
         raise ConfigError(f"--time-to-target: the sweep's local runs sent rounds of "
                           f"--round-compression {form.compression} --round-fragments "
                           f"{form.fragments}, and the bench has no local or async rows of "
-                          f"them to cost them with: run `hvdtrain bench` with those options")
+                          f"them to cost them with: run `hvdtrain bench` with those options "
+                          f"(its --fp16-allreduce sends uncompressed rounds as fp16)")
     return [r for r in rows if r["mode"] not in LOCAL_MODES] + local
 
 
@@ -148,11 +166,14 @@ def left_out_note(reached: SweepTargets) -> str | None:
 
 
 def format_table(rows: list[dict], target: float, alone_examples: float,
-                 alone_images_per_sec: float, round_form: dict | None = None) -> str:
+                 alone_images_per_sec: float, round_form: dict | None = None,
+                 alone_runs: list[int] | None = None) -> str:
     form = RoundForm.of(round_form or {})
     rounds = f" (local rounds{form.suffix})" if form != RoundForm() else ""
+    seeds = f"{alone_runs[0]} of {alone_runs[1]} runs reaching it, " if alone_runs else ""
     head = (f"Wall time to {target:.2%} test accuracy{rounds}, against one worker (which "
-            f"needed {alone_examples:.0f} examples, at {alone_images_per_sec:.1f} images/sec):\n"
+            f"needed {alone_examples:.0f} examples, {seeds}at {alone_images_per_sec:.1f} "
+            "images/sec):\n"
             "| link | mode | start | workers | examples to target | × one worker's | "
             "images/sec | speed-up | runs that reached it |\n" + "|" + "---|" * 9)
     lines = [f"| {r['link_rate']} | {r['mode']}"

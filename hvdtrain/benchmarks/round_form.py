@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hvdtrain.config import rounds_compression
+
 
 @dataclass(frozen=True)
 class RoundForm:
@@ -20,7 +22,10 @@ class RoundForm:
     def of(cls, row: dict) -> "RoundForm":
         """The form of a bench or prediction row (rows from before a column existed
         had its default)."""
-        return cls(row.get("round_fragments", 1), row.get("round_compression", "none"))
+        return cls(row.get("round_fragments", 1),
+                   # Benches from before --fp16-allreduce's rounds were named fp16 said none.
+                   rounds_compression(row.get("round_compression", "none"),
+                                      bool(row.get("fp16_allreduce"))))
 
     def columns(self) -> dict:
         """The form as a row's columns."""
