@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 
 from hvdtrain.benchmarks.round_form import RoundForm
-from hvdtrain.config import LOCAL_MODES, rounds_compression
+from hvdtrain.config import LOCAL_MODES
 from hvdtrain.errors import ConfigError
 
 COLUMNS = ("mode", "n_sync", "start", "workers", "link_rate", "examples_to_target",
@@ -99,10 +99,9 @@ def sweep_round_form(sweep: dict) -> RoundForm:
     """How the sweep's local and async runs sent their rounds: its base config's
     fragments and compression (--fp16-allreduce's uncompressed rounds are fp16 rounds).
     Sweeps from before the base config was recorded sent whole, uncompressed rounds."""
-    base = sweep.get("base_config") or {}
-    return RoundForm(base.get("round_fragments") or 1,
-                     rounds_compression(base.get("round_compression") or "none",
-                                        bool(base.get("fp16_allreduce"))))
+    # A config names the form as a bench row does (round_fragments, round_compression,
+    # fp16_allreduce).
+    return RoundForm.of(sweep.get("base_config") or {})
 
 
 def gradients_note(sweep: dict, bench_fp16: bool) -> str | None:
