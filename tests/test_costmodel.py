@@ -316,7 +316,7 @@ def test_predict_refuses_a_host_of_one_worker_and_a_bad_host_link_in_one_line(tm
 
 # --- other hardware, and wall time to a target ---
 
-def _sweep(tmp_path, targets=(0.85, 0.85, 0.85), more=()):
+def _sweep(tmp_path, targets=(0.85, 0.85, 0.85), more=(), base_config=None):
     runs = [dict(name=n, workers=w, mode=m, n_sync=k, examples_to_target=e, target=t)
             for (n, w, m, k, e), t in zip((("w1", 1, "sync", None, 1000),
                                            ("w8-sync", 8, "sync", None, 4000),
@@ -325,7 +325,8 @@ def _sweep(tmp_path, targets=(0.85, 0.85, 0.85), more=()):
                      examples_to_target="", target=targets[0]))  # never reached it
     runs += [dict(run, target=targets[0]) for run in more]
     path = tmp_path / "sweep.json"
-    path.write_text(json.dumps({"runs": runs}))
+    sweep = {"runs": runs} if base_config is None else {"runs": runs, "base_config": base_config}
+    path.write_text(json.dumps(sweep))
     return str(path)
 
 
@@ -404,15 +405,12 @@ def test_time_to_target_averages_a_setups_seeds_that_reached_it_and_says_how_man
 
 def test_time_to_target_costs_a_compressed_sweeps_runs_with_the_rows_of_its_rounds(tmp_path, capsys):
     # A sweep of int8 rounds was costed as if its rounds were float32's.
-    path = tmp_path / "sweep.json"
-    sweep = dict(json.loads(open(_sweep(tmp_path)).read()),
-                 base_config={"round_compression": "int8", "round_fragments": 1})
-    path.write_text(json.dumps(sweep))
+    path = _sweep(tmp_path, base_config={"round_compression": "int8", "round_fragments": 1})
     bench = tmp_path / "int8.json"
     bench.write_text(json.dumps(_with_int8_rows(tmp_path, "100mbit")))
     out = tmp_path / "p"
     assert main(["predict", str(bench), "--workers", "8", "--link-rate", "100mbit", "--latency", "0",
-                 "--time-to-target", str(path), "--out", str(out)]) == 0
+                 "--time-to-target", path, "--out", str(out)]) == 0
     report = json.loads((out / "predict.json").read_text())
     int8 = next(r for r in report["rows"] if r["mode"] == "local"
                 and (r["round_compression"], r["round_fragments"]) == ("int8", 1))
@@ -434,26 +432,20 @@ def test_a_bench_from_before_fp16_rounds_were_named_costs_its_fp16_allreduce_rou
 
 def test_time_to_target_notes_a_sweep_whose_gradients_travelled_unlike_the_benchs(
         tmp_path, capsys):
-    path = tmp_path / "sweep.json"
-    sweep = dict(json.loads(open(_sweep(tmp_path)).read()),
-                 base_config={"fp16_allreduce": True, "round_compression": "int8"})
-    path.write_text(json.dumps(sweep))
+    path = _sweep(tmp_path, base_config={"fp16_allreduce": True, "round_compression": "int8"})
     bench = tmp_path / "int8.json"
     bench.write_text(json.dumps(_with_int8_rows(tmp_path)))
     assert main(["predict", str(bench), "--workers", "8", "--link-rate", "1gbit",
-                 "--time-to-target", str(path), "--out", str(tmp_path / "p")]) == 0
+                 "--time-to-target", path, "--out", str(tmp_path / "p")]) == 0
     assert ("hvdtrain: note: the sweep's gradients travelled as float16 (--fp16-allreduce), "
             "the bench's as float32: sync mode is costed with the bench's bytes\n"
             ) in capsys.readouterr().out
 
 
 def test_time_to_target_refuses_a_compressed_sweep_the_bench_has_no_rows_for(tmp_path, capsys):
-    path = tmp_path / "sweep.json"
-    sweep = dict(json.loads(open(_sweep(tmp_path)).read()),
-                 base_config={"round_compression": "none", "fp16_allreduce": True})
-    path.write_text(json.dumps(sweep))
+    path = _sweep(tmp_path, base_config={"round_compression": "none", "fp16_allreduce": True})
     assert main(["predict", _bench(tmp_path), "--workers", "8", "--link-rate", "1gbit",
-                 "--time-to-target", str(path), "--out", str(tmp_path / "p")]) == 2
+                 "--time-to-target", path, "--out", str(tmp_path / "p")]) == 2
     assert capsys.readouterr().err == (
         "hvdtrain: error: --time-to-target: the sweep's local runs sent rounds of "
         "--round-compression fp16 --round-fragments 1, and the bench has no local or async "
