@@ -8,10 +8,13 @@ the sum and sends it to all (an allgather). Every worker decodes the same gather
 bytes, so all end the round with bit-identical values. An allreduce could not carry int8
 codes: their sum overflows, and each worker's scales differ.
 
-int8: each chunk of `CHUNK` values has its own scale, its largest magnitude / 127, sent
-as 4 float32 bytes after the shard's codes; a value is rounded to the nearest of the
-255 multiples of the scale within ±127, so it is off by at most scale / 2 (1/254 of its
-chunk's largest). float16: no scales, each value rounded to float16.
+int8: a shard is cut into the fewest chunks of at most `CHUNK` values, all of one length
+(`chunk_length`), so padding is under a value per chunk and per shard, not up to a whole
+chunk per shard (LeNet's 61,706 values at 8 workers padded to 65,536; at 128 workers to
+131,072). Each chunk has its own scale, its largest magnitude / 127, sent as 4 float32
+bytes after the shard's codes; a value is rounded to the nearest of the 255 multiples of
+the scale within ±127, so it is off by at most scale / 2 (1/254 of its chunk's largest).
+float16: no scales, each value rounded to float16.
 
 All functions are pure, on TensorFlow tensors (eager or traced); `padded_length` and
 `payload_bytes` need no TensorFlow.
@@ -21,17 +24,31 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-CHUNK = 1024        # int8 values sharing one scale
+CHUNK = 1024        # at most this many int8 values share one scale
 INT8_LEVELS = 127   # codes run from -127 to 127: symmetric, so 0 stays exactly 0
 SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
 COMPRESSED = ("fp16", "int8")
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def chunk_length(values: int, workers: int) -> int:
+    """Values per int8 chunk in a round of `values` at `workers`: a shard's share of them
+    cut into the fewest chunks of at most `CHUNK`, all of one length."""
+    shard = max(1, _ceil_div(values, workers))
+    return _ceil_div(shard, _ceil_div(shard, CHUNK))
+
+
 def padded_length(values: int, workers: int, compression: str) -> int:
     """Length of the vector a round encodes: `values` padded with zeros to whole shards,
-    one per worker, each of whole int8 chunks."""
-    unit = workers * (CHUNK if compression == "int8" else 1)
-    return -(-values // unit) * unit
+    one per worker, each of whole int8 chunks of `chunk_length`."""
+    shard = max(1, _ceil_div(values, workers))
+    if compression == "int8":
+        chunk = chunk_length(values, workers)
+        shard = _ceil_div(shard, chunk) * chunk
+    return workers * shard
 
 
 def payload_bytes(values: int, workers: int, compression: str) -> int:
@@ -41,13 +58,13 @@ def payload_bytes(values: int, workers: int, compression: str) -> int:
     allreduce's wire bytes exceed its payload, so this counts like an allreduce payload."""
     length = padded_length(values, workers, compression)
     if compression == "int8":
-        return length + SCALE_BYTES * (length // CHUNK)
+        return length + SCALE_BYTES * (length // chunk_length(values, workers))
     return 2 * length
 
 
-def quantize_int8(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """int8 codes and one float32 scale per chunk of float32 `values` (whole chunks)."""
-    chunks = tf.reshape(values, [-1, CHUNK])
+def quantize_int8(values: tf.Tensor, chunk: int = CHUNK) -> tuple[tf.Tensor, tf.Tensor]:
+    """int8 codes and one float32 scale per `chunk` float32 `values` (whole chunks)."""
+    chunks = tf.reshape(values, [-1, chunk])
     scales = tf.reduce_max(tf.abs(chunks), axis=1) / INT8_LEVELS
     # An all-zero chunk has scale 0: its codes are 0, and decode to exactly 0.
     codes = tf.round(tf.math.divide_no_nan(chunks, scales[:, None]))
@@ -57,32 +74,33 @@ def quantize_int8(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 def dequantize_int8(codes: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
     """The float32 values int8 `codes` with their chunks' `scales` stand for."""
-    chunks = tf.reshape(tf.cast(codes, tf.float32), [-1, CHUNK]) * scales[:, None]
+    chunks = tf.reshape(tf.cast(codes, tf.float32), [tf.shape(scales)[0], -1]) * scales[:, None]
     return tf.reshape(chunks, [-1])
 
 
-def encode(values: tf.Tensor, shards: int, compression: str) -> tf.Tensor:
+def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     """float32 `values` (a `padded_length` vector) as `shards` rows, one per shard: float16
-    values, or int8 codes followed by their scales' bytes."""
+    values, or int8 codes of `chunk` values a scale followed by their scales' bytes."""
     if compression == "fp16":
         return tf.reshape(tf.cast(values, tf.float16), [shards, -1])
-    codes, scales = quantize_int8(values)
+    codes, scales = quantize_int8(values, chunk)
     # Scales travel as their bytes, so a shard is one int8 row; all workers share a byte order.
     scale_bytes = tf.bitcast(scales, tf.int8)
     return tf.concat([tf.reshape(codes, [shards, -1]),
                       tf.reshape(scale_bytes, [shards, -1])], axis=1)
 
 
-def decode(rows: tf.Tensor, compression: str) -> tf.Tensor:
-    """`encode`'s rows (any number of them) back to float32, one row per shard."""
+def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
+    """`encode`'s rows (any number of them, of the same `chunk`) back to float32, one row
+    per shard."""
     if compression == "fp16":
         return tf.cast(rows, tf.float32)
-    shard = rows.shape[1] * CHUNK // (CHUNK + SCALE_BYTES)  # the row's width is static
+    shard = rows.shape[1] * chunk // (chunk + SCALE_BYTES)  # the row's width is static
     scales = tf.bitcast(tf.reshape(rows[:, shard:], [-1, SCALE_BYTES]), tf.float32)
     values = dequantize_int8(tf.reshape(rows[:, :shard], [-1]), scales)
     return tf.reshape(values, [-1, shard])
 
 
-def round_trip(values: tf.Tensor, compression: str) -> tf.Tensor:
+def round_trip(values: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     """What `values` (whole chunks) decode to after encoding: what a send of them stands for."""
-    return tf.reshape(decode(encode(values, 1, compression), compression), [-1])
+    return tf.reshape(decode(encode(values, 1, compression, chunk), compression, chunk), [-1])

@@ -51,12 +51,42 @@ def test_encoded_rows_decode_shard_by_shard(compression):
 
 
 def test_a_rounds_payload_is_its_codes_and_scales_padded_to_whole_shards():
-    # 5,000 values at 4 workers: 2 chunks a shard, 8 in all: 8 KiB of codes, 32 bytes of scales.
-    assert quantize.padded_length(5000, 4, "int8") == 8 * CHUNK
-    assert quantize.payload_bytes(5000, 4, "int8") == 8 * CHUNK + 8 * 4
+    # 5,000 values at 4 workers: 1,250 a shard, as 2 chunks of 625: no padding, 8 scales.
+    assert quantize.chunk_length(5000, 4) == 625
+    assert quantize.padded_length(5000, 4, "int8") == 5000
+    assert quantize.payload_bytes(5000, 4, "int8") == 5000 + 8 * 4
+    # 5,001: shards of 1,251, as 2 chunks of 626: 5,008 values.
+    assert quantize.padded_length(5001, 4, "int8") == 4 * 2 * 626
     # float16 pads to whole shards only: 5,000 values are 2 bytes each.
     assert quantize.payload_bytes(5000, 4, "fp16") == 2 * 5000
     assert quantize.payload_bytes(5001, 4, "fp16") == 2 * 5004
     # Unpadded, int8 is float32's bytes over 4 / (1 + 4 / 1024): 3.98 times fewer.
     n = 8 * CHUNK * 100
     assert 4 * n / quantize.payload_bytes(n, 8, "int8") == 4 / (1 + 4 / CHUNK)
+
+
+@pytest.mark.parametrize("values,workers", [(61706, 8), (61706, 128), (1, 3), (1024, 1),
+                                            (1025, 1), (270_000, 64), (25_557_032, 64)])
+def test_int8_chunks_are_at_most_1024_values_and_pad_under_one_value_a_chunk(values, workers):
+    # LeNet's 61,706 values at 8 workers used to pad to 65,536 (6% more) and at 128
+    # workers to 131,072 (112% more): a whole chunk per shard.
+    chunk, length = quantize.chunk_length(values, workers), quantize.padded_length(values, workers, "int8")
+    assert 1 <= chunk <= CHUNK
+    assert length % (workers * chunk) == 0
+    shard, chunks = -(-values // workers), length // workers // chunk
+    assert length - values < workers * (chunks + 1)  # under a value a chunk and one a shard
+    assert (chunks - 1) * CHUNK < shard  # the fewest chunks: one fewer could not hold a shard
+
+
+def test_a_round_of_short_chunks_decodes_shard_by_shard_and_keeps_each_chunks_scale():
+    rng = np.random.default_rng(3)
+    values, workers = 3 * 2 * 700, 3  # shards of 1,400 values as 2 chunks of 700
+    chunk = quantize.chunk_length(values, workers)
+    assert chunk == 700
+    data = (rng.normal(size=(6, chunk)) * 10.0 ** rng.uniform(-4, 2, size=(6, 1))).astype(np.float32)
+    rows = quantize.encode(tf.constant(data.ravel()), workers, "int8", chunk)
+    assert rows.shape == (workers, 2 * chunk + 2 * 4)
+    back = quantize.decode(rows, "int8", chunk).numpy().reshape(6, chunk)
+    largest = np.abs(data).max(axis=1, keepdims=True)
+    assert np.all(np.abs(back - data) <= largest / 254 * (1 + 1e-5))
+    np.testing.assert_allclose(np.abs(back).max(axis=1, keepdims=True), largest, rtol=1e-6)

@@ -18,6 +18,7 @@ The residual is this worker's own, kept as long as the set of values: not in che
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import tensorflow as tf
@@ -59,22 +60,26 @@ class CompressedExchange:
             meant = meant * share
         padded_length = quantize.padded_length(self.length, workers, self.compression)
         padded = tf.pad(meant, [[0, padded_length - self.length]])
-        rows = quantize.encode(padded, workers, self.compression)
-        shards = quantize.decode(comm.alltoall(rows, name=f"{name}_scatter"), self.compression)
+        chunk = quantize.chunk_length(self.length, workers)
+        encode = functools.partial(quantize.encode, compression=self.compression, chunk=chunk)
+        decode = functools.partial(quantize.decode, compression=self.compression, chunk=chunk)
+        rows = encode(padded, workers)
+        shards = decode(comm.alltoall(rows, name=f"{name}_scatter"))
         shard = tf.reduce_sum(shards, axis=0)  # in rank order, on this worker only
         if share is None:
             shard = shard / workers
-        summed = quantize.encode(shard, 1, self.compression)
+        summed = encode(shard, 1)
         gathered = comm.allgather(summed, name=f"{name}_gather")
-        result = tf.reshape(quantize.decode(gathered, self.compression), [-1])[:self.length]
+        result = tf.reshape(decode(gathered), [-1])[:self.length]
         if feedback:
-            self._keep_residual(padded, rows, shard, summed, workers)
+            self._keep_residual(padded, decode(rows), shard, decode(summed)[0], workers)
         pieces = comm.unflatten(result, values)
         return [tf.cast(p, v.dtype) for p, v in zip(pieces, values)]
 
-    def _keep_residual(self, padded, rows, shard, summed, workers: int) -> None:
-        own_cut = padded - tf.reshape(quantize.decode(rows, self.compression), [-1])
-        shard_cut = (shard - quantize.decode(summed, self.compression)[0]) * workers
+    def _keep_residual(self, padded, sent, shard, summed, workers: int) -> None:
+        """`sent` and `summed`: what this worker's rows and its shard's sum decode to."""
+        own_cut = padded - tf.reshape(sent, [-1])
+        shard_cut = (shard - summed) * workers
         width = shard.shape[0]
         start = comm.rank() * width
         owner_cut = tf.pad(shard_cut, [[start, padded.shape[0] - start - width]])
