@@ -264,7 +264,11 @@ def test_timed_local_and_async_jobs_finish_when_one_hosts_link_drops_to_a_tenth(
     check behaviour, not speed (BENCHMARKS.md has the comparison). Measured here: local
     118 -> 74 steps/s (-37%) and 105 -> 71 (-32%); async 75 -> 80 (+7%), 120 -> 96 (-20%)
     and, in a fresh-clone CI run, local -38% and async -47%: two cores make them noisy."""
-    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=24000, test=64)
+    # An epoch of 72,000 examples is 500 steps a worker, about 4 s at full speed: longer
+    # than the 3-s period, so a period rarely ends two epochs and the log has a line per
+    # epoch. With 24,000 a period once ended epochs 3 to 5 in one line, and the job had
+    # finished before the link was slowed.
+    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=72000, test=64)
     for mode in ("local", "async"):
         before, after = _timed_run_with_a_slowed_host(tmp_path, data_dir, mode)
         assert before > 0 and after > 0, (mode, before, after)  # both stretches took steps
