@@ -87,8 +87,9 @@ def add_parser(commands) -> None:
                              + ", ".join(ROUND_COMPRESSIONS) + ". A compressed "
                              "row's bytes_per_round (and largest_burst_bytes) count what a "
                              "worker hands to a round: int8 codes, one byte a value, plus a "
-                             "float32 scale per 1,024 values; or fp16, two bytes a value; "
-                             "padded to one whole shard per worker (default: none)")
+                             "float32 scale per chunk of at most 1,024 values; or fp16, two "
+                             "bytes a value; padded to one whole shard per worker (default: "
+                             "none)")
     parser.add_argument("--bucket-mb", default=DEFAULT_BUCKET_MB, metavar="SPEC[,SPEC...]",
                         help="sync mode: how gradients are grouped for allreduce, one setup per "
                              "value: auto (about 8 groups of the model's gradients), auto:K (K "

@@ -18,8 +18,8 @@ Local and async setups keep their rounds' form apart (`bench --round-fragments` 
 fragment count without rows of its own sends 1/F of a whole round in the same
 compression; a compressed setup is never costed with uncompressed rows, and a compression
 the bench has no multi-worker rows of is refused. A compressed round's bytes are the
-bench's at every worker count: the padding int8 adds, up to 1,024 values a worker, is left
-out (small beside a large model's state, not at hundreds of workers of a small one).
+bench's at every worker count: int8's padding and scales at another count differ by
+under a value and a scale per chunk of 1,024 and per worker, left out.
 
 For hardware other than the bench's, `--step-seconds` and `--batch-size` give the
 compute of one worker's step there (a published measurement); the bench then gives only
