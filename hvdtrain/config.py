@@ -45,11 +45,19 @@ WARM_STARTS = ("sync", "single")
 # fixed period fell behind at 8 workers. Async mode: every 10 (3 steps at 4 workers, 2
 # at 8), momentum not averaged; its rounds land a period late, so it needs a shorter
 # period. Both with local steps at no more than 4 workers' linearly scaled rate.
-# Local mode's floor of 5 steps: at 16 and 32 workers 40/workers gives 3 and 2, where a round
-# of weights and momentum moves 2/3 and all of sync mode's bytes; 5 steps ended 0.3 (16
-# workers) and 1.0 points (32) below those shorter periods, for 0.6 and 0.4 times their
-# bytes (BENCHMARKS.md, "Defaults at 16 and 32 workers"). Async mode's was not measured there.
-DEFAULT_N_SYNC = {"local": "40/workers:5", "async": "10/workers"}
+# Local mode since: int8 rounds every 2 steps (momentum kept local). At 2 to 32 workers and
+# 32 or 64 examples a worker it ended above 40/workers:5 in float32 in 22 of 24 seed pairs
+# (2 epochs) and 6 of 6 (5 epochs at 8 workers), within 0.5 points of sync at 8 workers,
+# for 0.13 of sync's bytes and about 2/3 of the old default's at 8 workers and more (more
+# at 2 and 4 workers, whose old period was 20 and 10); ResNet-20 (BatchNorm) at 8 x 64
+# likewise (BENCHMARKS.md, "A recipe for 8 to 32 workers", "At the protocol's length").
+DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
+DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
+# The hierarchy's period counts hosts, the replicas that drift apart. At 40/hosts:5 (10
+# steps on 4 hosts of 2, 20 on 2 hosts of 4) int8 rounds ended level with float32 ones and
+# with flat local's old default, at 0.14 and 0.07 of its bytes across hosts; at flat
+# int8's 2 steps they cost what flat int8 does ("Cheap rounds at 8 x 64").
+DEFAULT_HOST_N_SYNC = {"local": "40/hosts:5", "async": "10/hosts"}
 DEFAULT_LOCAL_LR_WORKERS = 4
 # The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here
 # so a typo is caught before TensorFlow is imported (tests check they match the registries).
@@ -213,14 +221,17 @@ class TrainConfig:
         1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging",
         modes=LOCAL_MODES)
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
-    round_compression: str = _opt(
-        "none", "local and async modes: how a round's state travels. none: as it is, in one "
+    round_compression: str | None = _opt(
+        None, "local and async modes: how a round's state travels. none: as it is, in one "
                 "allreduce (with --fp16-allreduce: as fp16 below). fp16 or int8: each worker sends its "
                 "change since the last round (the pseudo-gradient), plus what its last round's "
                 "encoding cut off (error feedback), through an alltoall and an allgather, so "
                 "every worker ends the round with the same bits. int8: one byte a value and a "
-                "float32 scale per 1,024 values, about a quarter of float32's bytes; fp16 half",
-        ROUND_COMPRESSIONS, modes=LOCAL_MODES)
+                "float32 scale per chunk of at most 1,024 values, about a quarter of float32's "
+                "bytes; fp16 half. Local mode's default, int8 every 2 steps (--n-sync 2), ended "
+                "above float32 rounds every 5 steps in 22 of 24 LeNet runs at 2 to 32 "
+                "workers, at 0.13 of sync's bytes (BENCHMARKS.md)",
+        ROUND_COMPRESSIONS, modes=LOCAL_MODES, default_per_mode=DEFAULT_ROUND_COMPRESSION)
     round_fragments: int = _opt(
         1, "local and async modes: F > 1 cuts the averaged state by layer, in order, into F "
            "fragments of about equal bytes (Streaming DiLoCo); each round averages one "
@@ -337,7 +348,7 @@ class TrainConfig:
                    if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
         if self.hierarchical_sgd and self.n_sync is None:
             # A host's workers hold one model: the replicas that drift apart are the hosts.
-            changes["n_sync"] = DEFAULT_N_SYNC[self.mode].replace("/workers", "/hosts")
+            changes["n_sync"] = DEFAULT_HOST_N_SYNC[self.mode]
         return dataclasses.replace(self, **changes) if changes else self
 
     def validate_values(self) -> "TrainConfig":
@@ -403,8 +414,10 @@ def _check_formats(cfg: TrainConfig) -> None:
 
 def _check_choices(cfg: TrainConfig) -> None:
     for f in dataclasses.fields(cfg):
-        choices = f.metadata["choices"]
-        if choices is not None and getattr(cfg, f.name) not in choices:
+        choices, value = f.metadata["choices"], getattr(cfg, f.name)
+        if value is None and f.default is None:  # made concrete per mode by `resolved`
+            continue
+        if choices is not None and value not in choices:
             raise ConfigError(f"{option_flag(f.name)} must be one of {', '.join(choices)}, "
                               f"got {getattr(cfg, f.name)!r}")
 
@@ -412,7 +425,9 @@ def _check_choices(cfg: TrainConfig) -> None:
 def _check_mode_options(cfg: TrainConfig) -> None:
     """An option the mode does not use must keep the value that leaves it unused."""
     for name, default in refused_in(cfg.mode):
-        if getattr(cfg, name) != default:
+        # Or the mode's own default of an option it does not use (sync's round compression).
+        own = _field(name).metadata["default_per_mode"].get(cfg.mode, default)
+        if getattr(cfg, name) not in (default, own):
             modes = " or ".join(_field(name).metadata["modes"])
             raise ConfigError(
                 f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "

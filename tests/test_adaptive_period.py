@@ -92,10 +92,16 @@ def test_a_floor_after_the_colon_keeps_a_period_per_worker_from_shrinking_below_
     assert resolve_period("40/workers:5", workers, 1) == steps
 
 
-def test_local_runs_default_to_forty_local_steps_over_the_workers_and_async_to_ten():
-    assert load_config(None, {"mode": "local"}).resolved().n_sync == "40/workers:5"
-    assert load_config(None, {"mode": "async"}).resolved().n_sync == "10/workers"
-    assert load_config(None, {"mode": "sync"}).n_sync is None  # unused: nothing to resolve
+def test_local_runs_default_to_int8_rounds_every_2_steps_and_async_to_ten_over_the_workers():
+    local = load_config(None, {"mode": "local"}).resolved()
+    assert (local.n_sync, local.round_compression) == (2, "int8")
+    async_ = load_config(None, {"mode": "async"}).resolved()
+    assert (async_.n_sync, async_.round_compression) == ("10/workers", "none")
+    hierarchy = load_config(None, {"mode": "local", "hierarchical_sgd": True}).resolved()
+    assert (hierarchy.n_sync, hierarchy.round_compression) == ("40/hosts:5", "int8")
+    sync = load_config(None, {"mode": "sync"})
+    assert sync.n_sync is None  # unused: nothing to resolve
+    assert sync.resolved().round_compression == "none"  # as sync runs always saved it
     given = load_config(None, {"mode": "async", "n_sync": "80/workers"})
     assert given.resolved().n_sync == "80/workers" and given.resolved().resolved() == given.resolved()
 
@@ -154,18 +160,25 @@ def test_local_sgd_resolves_a_period_per_worker_for_its_workers():
     assert LocalSGD(n_sync="40/workers").trigger.due(range(40, 41))
 
 
+F32 = dict(round_compression="none")
+
+
 @pytest.mark.parametrize("overrides, workers, warns", [
-    (dict(mode="local"), 8, False),                    # 5 steps, a round moves the weights
-    (dict(mode="local"), 32, False),                   # the default's floor: 5 steps
-    (dict(mode="local", n_sync="40/workers", average_optimizer_state=True), 20, True),  # 2 steps
-    (dict(mode="local", n_sync="40/workers"), 20, False),  # 2 steps of the weights alone
-    (dict(mode="local", n_sync="40/workers"), 40, True),   # 1 step: the weights every step
+    (dict(mode="local"), 8, False),                    # int8 every 2 steps: an eighth
+    (dict(mode="local"), 64, False),
+    (dict(F32, mode="local", n_sync="40/workers", average_optimizer_state=True), 20, True),  # 2 steps
+    (dict(mode="local", n_sync="40/workers", average_optimizer_state=True), 20, False),  # int8
+    (dict(F32, mode="local", n_sync="40/workers"), 20, False),  # 2 steps of the weights alone
+    (dict(F32, mode="local", n_sync="40/workers"), 40, True),   # 1 step: the weights every step
+    (dict(mode="local", round_compression="fp16", n_sync=1), 4, False),  # half of sync's
+    (dict(F32, mode="local", fp16_allreduce=True, n_sync=1), 4, True),  # fp16 rounds, fp16 gradients
     (dict(mode="async", n_sync=2, momentum=0.0), 4, False),  # no slots: half of sync's bytes
-    (dict(mode="local", n_sync=3, optimizer="adam", average_optimizer_state=True), 4, True),  # weights and two moments
-    (dict(mode="local", n_sync=3, optimizer="lamb", average_optimizer_state=True), 4, True),  # Lamb's two moments too
-    (dict(mode="local", n_sync=3, optimizer="lars", average_optimizer_state=True), 4, False),  # LARS's momentum only
-    (dict(mode="local", n_sync=1), 4, True),
-    (dict(mode="local", n_sync=1), 1, False),          # one worker sends nothing
+    (dict(F32, mode="local", n_sync=3, optimizer="adam", average_optimizer_state=True), 4, True),  # weights and two moments
+    (dict(F32, mode="local", n_sync=3, optimizer="lamb", average_optimizer_state=True), 4, True),  # Lamb's two moments too
+    (dict(F32, mode="local", n_sync=3, optimizer="lars", average_optimizer_state=True), 4, False),  # LARS's momentum only
+    (dict(F32, mode="local", n_sync=1), 4, True),
+    (dict(mode="local", n_sync=1), 4, False),          # int8 every step: a quarter of sync's
+    (dict(F32, mode="local", n_sync=1), 1, False),     # one worker sends nothing
     (dict(mode="async"), 8, False),                    # 2 steps, no momentum averaged
     (dict(mode="async"), 10, True),                    # 1 step: the weights every step
     (dict(mode="sync"), 64, False),

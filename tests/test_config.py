@@ -155,23 +155,24 @@ def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
     assert cfg.n_sync is None and plan_resume(cfg, Job(1, 1)).checkpoint is None
     # A local run's period is what it trains by: a different one is refused in one line.
     (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 10\n")
-    with pytest.raises(ConfigError, match="--n-sync is '40/workers:5' but the run was started "
+    with pytest.raises(ConfigError, match="--n-sync is 2 but the run was started "
                                           "with 10"):
         plan_resume(load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved(),
                     Job(1, 1))
 
 
 @pytest.mark.parametrize("saved, overrides, workers, hosts", [
-    ("40/workers", {}, 8, 1),                           # 5 steps under either
-    ("40/workers", {}, 2, 1),                           # 20 under either
+    ("16/workers", {}, 8, 1),                           # 2 steps under either
+    ("40/workers:2", {}, 32, 1),                        # 2 under either
     ("40/hosts", {"hierarchical_sgd": True}, 16, 8),    # 5 steps a host under either
-    ("40/workers", {"n_sync": "40/workers:5"}, 8, 1),   # the default, given
+    ("16/workers", {"n_sync": "2"}, 8, 1),              # the default, given
 ])
 def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_agree(
         tmp_path, saved, overrides, workers, hosts):
     from hvdtrain.training.resume import Job, plan_resume
 
-    # Local mode's default was 40/workers before 40/workers:5 (40/hosts when hierarchical).
+    # Local mode's default was 40/workers, then 40/workers:5, now 2 (hierarchical: 40/hosts,
+    # then 40/hosts:5).
     (tmp_path / "config.yaml").write_text(
         yaml.safe_dump(dict(overrides, mode="local", n_sync=saved)))
     cfg = load_config(None, dict(overrides, mode="local", out=str(tmp_path))).resolved()
@@ -179,9 +180,10 @@ def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_
 
 
 @pytest.mark.parametrize("saved, overrides, workers, hosts, steps", [
-    ("40/workers", {}, 16, 1, "5 and 3 steps at 16 workers"),
+    ("40/workers:5", {}, 8, 1, "2 and 5 steps at 8 workers"),
+    ("40/workers", {}, 16, 1, "2 and 3 steps at 16 workers"),
     ("40/hosts", {"hierarchical_sgd": True}, 32, 16, "5 and 3 steps at 32 workers on 16 hosts"),
-    (6, {}, 8, 1, "5 and 6 steps at 8 workers"),
+    (6, {}, 8, 1, "2 and 6 steps at 8 workers"),
 ])
 def test_a_local_run_saved_under_another_period_is_refused_in_one_line_where_the_steps_differ(
         tmp_path, saved, overrides, workers, hosts, steps):

@@ -423,6 +423,17 @@ def test_time_to_target_costs_a_compressed_sweeps_runs_with_the_rows_of_its_roun
     assert "Wall time to 85.00% test accuracy (local rounds, int8)" in capsys.readouterr().out
 
 
+def test_a_sweep_that_gave_no_round_compression_sent_local_modes_default_int8_rounds():
+    from hvdtrain.benchmarks.predicted_speedup import sweep_round_form
+
+    # Its base config saves None (made concrete per mode); sweeps before the switch saved none.
+    assert sweep_round_form({"base_config": {"round_compression": None}}) == RoundForm(1, "int8")
+    assert sweep_round_form({"base_config": {"round_compression": "none"}}) == RoundForm()
+    assert sweep_round_form({"base_config": {"round_compression": None,
+                                             "fp16_allreduce": True}}) == RoundForm(1, "int8")
+    assert sweep_round_form({}) == RoundForm()  # from before base configs were saved
+
+
 def test_a_bench_from_before_fp16_rounds_were_named_costs_its_fp16_allreduce_rounds_as_fp16():
     # Its local rows said round_compression none, and their bytes were float16's.
     old = dict(mode="local", n_sync=10, fp16_allreduce=True, round_compression="none")

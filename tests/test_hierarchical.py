@@ -202,9 +202,10 @@ def test_rank_0_warns_when_hierarchical_rounds_move_as_many_bytes_between_hosts_
     from hvdtrain.training.world import costly_period_warning
 
     cfg = load_config(None, dict(mode="local", hierarchical_sgd=True, n_sync=n_sync,
-                                 average_optimizer_state=True))
+                                 average_optimizer_state=True, round_compression="none"))
     warning = costly_period_warning(cfg, workers, hosts)
     assert (warning is not None) == warns
     if n_sync == "40/hosts" and warns:
         assert warning.startswith("hvdtrain: warning: --n-sync 40/hosts is 2 step(s) at 40 "
-                                  "workers on 20 hosts, and each round moves 2x the weights")
+                                  "workers on 20 hosts, and each round moves 2x a sync "
+                                  "step's bytes")

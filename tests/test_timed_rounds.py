@@ -100,8 +100,11 @@ def test_a_timed_runs_summary_records_its_period_in_seconds_and_no_step_period()
         {"sync_seconds": 5.0}
     assert round_schedule(load_config(None, dict(mode="local", n_sync=7)), 4, 1) == {"n_sync": 7}
     assert round_schedule(load_config(None, dict(mode="sync")), 4, 1) == {"n_sync": 1}
-    # The default period is a rule: the summary gives the steps it came to, and the rule.
     assert round_schedule(load_config(None, dict(mode="local")).resolved(), 32, 1) == \
+        {"n_sync": 2}  # the default
+    # A period by rule: the summary gives the steps it came to, and the rule.
+    per_worker = dict(mode="local", n_sync="40/workers:5")
+    assert round_schedule(load_config(None, per_worker).resolved(), 32, 1) == \
         {"n_sync": 5, "n_sync_rule": "40/workers:5"}
     hierarchical = dict(mode="local", n_sync="40/hosts", hierarchical_sgd=True)
     assert round_schedule(load_config(None, hierarchical).resolved(), 8, 4) == \

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 
 from hvdtrain.benchmarks.round_form import RoundForm
-from hvdtrain.config import LOCAL_MODES
+from hvdtrain.config import DEFAULT_ROUND_COMPRESSION, LOCAL_MODES
 from hvdtrain.errors import ConfigError
 
 COLUMNS = ("mode", "n_sync", "start", "workers", "link_rate", "examples_to_target",
@@ -97,11 +97,15 @@ def examples_to_target(sweep: dict, path: str = "the sweep") -> SweepTargets:
 
 def sweep_round_form(sweep: dict) -> RoundForm:
     """How the sweep's local and async runs sent their rounds: its base config's
-    fragments and compression (--fp16-allreduce's uncompressed rounds are fp16 rounds).
-    Sweeps from before the base config was recorded sent whole, uncompressed rounds."""
+    fragments and compression (--fp16-allreduce's uncompressed rounds are fp16 rounds; no
+    compression given, local mode's default). Sweeps from before the base config was
+    recorded sent whole, uncompressed rounds."""
     # A config names the form as a bench row does (round_fragments, round_compression,
-    # fp16_allreduce).
-    return RoundForm.of(sweep.get("base_config") or {})
+    # fp16_allreduce). It says none where the default was none; None since int8 is local's.
+    config = dict(sweep.get("base_config") or {})
+    if "round_compression" in config and config["round_compression"] is None:
+        config["round_compression"] = DEFAULT_ROUND_COMPRESSION["local"]
+    return RoundForm.of(config)
 
 
 def gradients_note(sweep: dict, bench_fp16: bool) -> str | None:

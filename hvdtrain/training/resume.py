@@ -119,8 +119,8 @@ def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> None:
 
 def _takes_default_period(cfg: TrainConfig, saved: TrainConfig) -> bool:
     """Whether a local run resumes under its mode's default period (no --n-sync given, or
-    the default given) where the run saved another, e.g. an older default (40/workers
-    before 40/workers:5)."""
+    the default given) where the run saved another, e.g. an older default (40/hosts
+    before 40/hosts:5)."""
     default = dataclasses.replace(cfg, n_sync=None).resolved().n_sync
     return cfg.mode == saved.mode and cfg.mode in LOCAL_MODES and cfg.n_sync == default
 

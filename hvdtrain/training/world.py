@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, TrainConfig
+from hvdtrain.config import LOCAL_MODES, TrainConfig, rounds_compression
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.periods import job_size, resolve_period
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
+
+# Bytes a value of a round takes, by --round-compression (int8's scales aside).
+VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1}
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,11 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
 def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | None:
     """A line for rank 0 when local rounds would move at least as many bytes as sync mode:
     a round carries the weights and any averaged optimizer slots, sync mode the gradients
-    every step, so a period no longer than 1 + slots saves nothing. Local mode's default
-    stops at 5 steps (40/workers:5); async mode's (10/workers) reaches 1 step at 10 workers.
-    Hierarchical local SGD's replicas are the hosts: its rounds cross hosts, as sync's
-    gradients would, and its default period counts hosts (40/hosts:5)."""
+    every step, so a float32 period no longer than 1 + slots saves nothing (int8 rounds
+    cost a quarter of that). Local mode's default, int8 every 2 steps, moves an eighth;
+    async mode's (10/workers) reaches 1 step at 10 workers. Hierarchical local SGD's
+    replicas are the hosts: its rounds cross hosts, as sync's gradients would, and its
+    default period counts hosts (40/hosts:5)."""
     replicas = hosts if cfg.hierarchical_sgd else workers
     if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or replicas < 2:
         return None
@@ -53,12 +57,16 @@ def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | N
     slots = 0
     if cfg.average_optimizer_state:
         slots = 2 if cfg.optimizer in ("adam", "lamb") else int(cfg.momentum > 0)
-    if not isinstance(period, int) or period > 1 + slots:
+    compression = rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
+    # Against a sync step's gradients, which --fp16-allreduce sends as float16 too.
+    per_value = VALUE_BYTES[compression] / VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"]
+    round_cost = (1 + slots) * per_value
+    if not isinstance(period, int) or period > round_cost:
         return None
     return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at "
-            f"{job_size(workers, hosts)}, and each round moves {1 + slots}x the weights: as "
-            f"many bytes as --mode sync, which would keep the workers identical; use it, or a "
-            f"longer period")
+            f"{job_size(workers, hosts)}, and each round moves {round_cost:g}x a sync step's "
+            f"bytes: as many as --mode sync, which would keep the workers identical; use it, "
+            f"or a longer period")
 
 
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:
