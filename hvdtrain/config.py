@@ -381,9 +381,11 @@ def ignored_in(mode: str) -> frozenset[str]:
 
 
 def refused_in(mode: str) -> tuple[tuple[str, Any], ...]:
-    """Options `mode` does not use, each with the one value it accepts (the value that leaves
-    it unused): a run of `mode` refuses any other, and a sweep's runs put them back to it."""
-    return tuple((f.name, f.default) for f in dataclasses.fields(TrainConfig)
+    """Options `mode` does not use, each with the value that leaves it unused (its default,
+    or the mode's own where it has one: sync's round compression is none): a run of `mode`
+    refuses any other, and a sweep's runs put them back to it."""
+    return tuple((f.name, f.metadata["default_per_mode"].get(mode, f.default))
+                 for f in dataclasses.fields(TrainConfig)
                  if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "refused")
 
 
@@ -424,10 +426,9 @@ def _check_choices(cfg: TrainConfig) -> None:
 
 def _check_mode_options(cfg: TrainConfig) -> None:
     """An option the mode does not use must keep the value that leaves it unused."""
-    for name, default in refused_in(cfg.mode):
-        # Or the mode's own default of an option it does not use (sync's round compression).
-        own = _field(name).metadata["default_per_mode"].get(cfg.mode, default)
-        if getattr(cfg, name) not in (default, own):
+    for name, unused in refused_in(cfg.mode):
+        # None: not given, made `unused` by `resolved`.
+        if getattr(cfg, name) not in (unused, None):
             modes = " or ".join(_field(name).metadata["modes"])
             raise ConfigError(
                 f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "

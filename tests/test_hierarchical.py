@@ -23,7 +23,8 @@ PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate
              momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
 # At 4 workers a hierarchical step's rate counts as many workers as sync's (a host's 2,
 # but never fewer than flat local SGD's min(4, 4)): one step of each is the same update.
-HIERARCHICAL = dict(PLAIN, mode="local", hierarchical_sgd=True)
+# Rounds in float32 (local mode's default is int8): the equalities below are exact for them.
+HIERARCHICAL = dict(PLAIN, mode="local", hierarchical_sgd=True, round_compression="none")
 RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs need
     "every3": dict(HIERARCHICAL, n_sync=3),
     "every1": dict(HIERARCHICAL, n_sync=1),
@@ -33,7 +34,7 @@ RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs
     # Equal periods: the hierarchy's inner period is one step (sync inside a host); with
     # rounds across hosts every step too it is flat local SGD at period 1, momentum and all.
     "every1_momentum": dict(HIERARCHICAL, n_sync=1, momentum=0.9),
-    "flat1_momentum": dict(PLAIN, mode="local", n_sync=1, momentum=0.9),
+    "flat1_momentum": dict(PLAIN, mode="local", n_sync=1, momentum=0.9, round_compression="none"),
 }
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data, write_learnable_idx_dataset
+from hvdtrain import quantize
 from hvdtrain.averaging import expected_bytes_allreduced, sync_points
 from hvdtrain.stats import per_batch_values
 
@@ -20,18 +21,22 @@ pytestmark = pytest.mark.multiprocess
 LENET_TINY = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=8, validate=False)
 PLAIN_SGD = dict(LENET_TINY, momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
 RESNET_TINY = dict(model="resnet20", batch_size=8, epochs=1, steps_per_epoch=5, validate=False)
+# Rounds in float32: local SGD with n_sync 1 and plain SGD is then large-batch SGD exactly
+# (local mode's default, int8 rounds, only up to its encoding).
+PLAIN_LOCAL = dict(PLAIN_SGD, mode="local", round_compression="none")
+FLOAT32 = dict(round_compression="none")
 
 RUNS = {
     "sync": dict(model="lenet", batch_size=16, epochs=2, steps_per_epoch=8),
     "plain_sync": dict(PLAIN_SGD),
     # 0.01 MB: every LeNet gradient but the smallest travels in a group of its own.
     "plain_sync_buckets": dict(PLAIN_SGD, bucket_mb=0.01),
-    "plain_local1": dict(PLAIN_SGD, mode="local", n_sync=1),
-    "plain_local3": dict(PLAIN_SGD, mode="local", n_sync=3),
-    "plain_local_per_worker": dict(PLAIN_SGD, mode="local", n_sync="6/workers"),  # 3 at 2
-    "slowmo_identity": dict(PLAIN_SGD, mode="local", n_sync=3, outer_optimizer="slowmo",
+    "plain_local1": dict(PLAIN_LOCAL, n_sync=1),
+    "plain_local3": dict(PLAIN_LOCAL, n_sync=3),
+    "plain_local_per_worker": dict(PLAIN_LOCAL, n_sync="6/workers"),  # 3 at 2
+    "slowmo_identity": dict(PLAIN_LOCAL, n_sync=3, outer_optimizer="slowmo",
                             outer_lr=1.0, outer_momentum=0.0),
-    "slowmo_momentum": dict(PLAIN_SGD, mode="local", n_sync=3, outer_optimizer="slowmo",
+    "slowmo_momentum": dict(PLAIN_LOCAL, n_sync=3, outer_optimizer="slowmo",
                             outer_momentum=0.5),
     # Two epochs of 7 and 6 steps of 32 (200 examples each): two fit calls; 4 warm steps.
     "mixed_local_warm": dict(LENET_TINY, steps_per_epoch=None, train_examples=200, epochs=2,
@@ -41,9 +46,11 @@ RUNS = {
     "mixed_local_overflow": dict(LENET_TINY, steps_per_epoch=None, train_examples=200, epochs=2,
                                  mode="local", n_sync=2, mixed_precision=True),
     "resnet_sync": dict(RESNET_TINY),
-    "resnet_local_warm": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2),
-    "resnet_local_single": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2,
-                                warm_start="single"),
+    "resnet_local_warm": dict(RESNET_TINY, **FLOAT32, mode="local", n_sync=2, warm_start_steps=2),
+    "resnet_local_single": dict(RESNET_TINY, **FLOAT32, mode="local", n_sync=2,
+                                warm_start_steps=2, warm_start="single"),
+    # Local mode's default rounds, int8, with BatchNorm and a warm start.
+    "resnet_local_warm_int8": dict(RESNET_TINY, mode="local", n_sync=2, warm_start_steps=2),
 }
 
 
@@ -258,12 +265,13 @@ def test_local_sgd_counts_rounds_and_bytes(trained):
     assert results["plain_sync"][0]["summary"]["bytes_allreduced"] == 8 * gradient_bytes
 
 
-@pytest.mark.parametrize("name, warm_start, gradient_steps", [
-    ("resnet_local_warm", "sync", 2),     # post-local SGD
-    ("resnet_local_single", "single", 0),  # Paine's one-worker warm start
+@pytest.mark.parametrize("name, warm_start, gradient_steps, compression", [
+    ("resnet_local_warm", "sync", 2, "none"),      # post-local SGD
+    ("resnet_local_single", "single", 0, "none"),  # Paine's one-worker warm start
+    ("resnet_local_warm_int8", "sync", 2, "int8"),  # local mode's default rounds
 ])
 def test_local_sgd_with_batchnorm_and_a_warm_start_ends_in_consensus(trained, name, warm_start,
-                                                                     gradient_steps):
+                                                                     gradient_steps, compression):
     _, results, _ = trained
     ranks = results[name]
     _assert_same_on_both_ranks(ranks, "trainable")
@@ -272,10 +280,12 @@ def test_local_sgd_with_batchnorm_and_a_warm_start_ends_in_consensus(trained, na
     # 5 steps: warm for 2, then rounds at 4 (n_sync 2) and 5 (epoch end), plus the hand-over at 2.
     assert summary["averaging_rounds"] == len(sync_points(5, 5, 2, 2)) == 3
     assert summary["gradient_steps_averaged"] == gradient_steps
-    # Rounds move weights and BatchNorm statistics (float32; each worker keeps its
-    # momentum by default); a sync warm start adds gradients.
+    # Rounds move weights and BatchNorm statistics (each worker keeps its momentum by
+    # default), in float32 or as int8 codes and scales; a sync warm start adds gradients.
     gradient_bytes = ranks[0]["trainable"].size * 4
-    state_bytes = gradient_bytes + ranks[0]["non_trainable"].size * 4
+    values = ranks[0]["trainable"].size + ranks[0]["non_trainable"].size
+    state_bytes = 4 * values if compression == "none" else \
+        quantize.payload_bytes(values, 2, compression)
     assert summary["bytes_allreduced"] == expected_bytes_allreduced(
         "local", 5, 5, 2, 2, gradient_bytes, state_bytes, 0, warm_start=warm_start)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
+from hvdtrain import quantize
 from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
 from hvdtrain.progress import TrainingProgress
@@ -217,9 +218,12 @@ def test_bytes_count_the_state_and_the_report_of_every_round(results, mode):
     summary = json.loads(str(results[mode][0]["summary"]))
     rounds = summary["averaging_rounds"]
     per_round = summary["bytes_allreduced"] / rounds
-    # LeNet's float32 weights (each worker keeps its momentum by default in both modes;
-    # no BatchNorm) plus a float64 report of 3 numbers.
-    assert per_round == 4 * summary["parameters"] + 8 * 3
+    # LeNet's weights (each worker keeps its momentum by default in both modes; no
+    # BatchNorm), as int8 codes and scales in local mode (its default) and float32 in
+    # async mode, plus a float64 report of 3 numbers.
+    values = summary["parameters"]
+    state = quantize.payload_bytes(values, 2, "int8") if mode == "local" else 4 * values
+    assert per_round == state + 8 * 3
 
 
 @pytest.mark.multiprocess
