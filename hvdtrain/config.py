@@ -39,18 +39,18 @@ LR_DECAYS = ("cosine", "step", "constant")
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 ROUND_COMPRESSIONS = ("none", "fp16", "int8")
 WARM_STARTS = ("sync", "single")
-# Local and async defaults chosen from time-to-accuracy runs at 2, 4 and 8 workers
-# (BENCHMARKS.md, "Time to accuracy"). Local mode: a round after every 40 local steps
-# summed over the workers (10 steps at 4 workers, 5 at 8), averaging the momentum too; a
-# fixed period fell behind at 8 workers. Async mode: every 10 (3 steps at 4 workers, 2
-# at 8), momentum not averaged; its rounds land a period late, so it needs a shorter
-# period. Both with local steps at no more than 4 workers' linearly scaled rate.
-# Local mode since: int8 rounds every 2 steps (momentum kept local). At 2 to 32 workers and
-# 32 or 64 examples a worker it ended above 40/workers:5 in float32 in 22 of 24 seed pairs
-# (2 epochs) and 6 of 6 (5 epochs at 8 workers), within 0.5 points of sync at 8 workers,
-# for 0.13 of sync's bytes and about 2/3 of the old default's at 8 workers and more (more
-# at 2 and 4 workers, whose old period was 20 and 10); ResNet-20 (BatchNorm) at 8 x 64
-# likewise (BENCHMARKS.md, "A recipe for 8 to 32 workers", "At the protocol's length").
+# Async mode's default period, from time-to-accuracy runs at 2, 4 and 8 workers
+# (BENCHMARKS.md, "Time to accuracy"): every 10 local steps summed over the workers (3
+# steps at 4 workers, 2 at 8), momentum not averaged; its rounds land a period late, so
+# it needs a shorter period than local mode's 40 of then. Both modes take local steps at
+# no more than 4 workers' linearly scaled rate.
+# Local mode's default since 2026-11-26: int8 rounds every 2 steps, momentum kept local.
+# At 2 to 32 workers and 32 or 64 examples a worker (LeNet-5) it ended above the float32
+# default before it (40/workers:5) in 22 of 24 seed pairs at 2 epochs and 6 of 6 at 5
+# epochs at 8 workers, within 0.5 points of sync up to 8 workers, for 0.13 of sync's
+# bytes: about 2/3 of the old default's from 8 workers on, more at 2 and 4 (whose old
+# period was 20 and 10 steps). ResNet-20 with BatchNorm at 8 x 64: level with sync,
+# above the old default at every seed (BENCHMARKS.md, "Local mode's default").
 DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
 # The hierarchy's period counts hosts, the replicas that drift apart. At 40/hosts:5 (10
