@@ -23,9 +23,11 @@ from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.build import save_plan, state_callback
 
 # Rounds after steps 3 and 6 and at the epoch's end (after step 7); SGD with momentum,
-# which each worker keeps (the default).
+# which each worker keeps (the default); float32 rounds unless a run names another
+# (local mode's default is int8).
 LOCAL = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
-             warmup_epochs=0.0, lr_decay="constant", mode="local", n_sync=3)
+             warmup_epochs=0.0, lr_decay="constant", mode="local", n_sync=3,
+             round_compression="none")
 RUNS = {
     "none": LOCAL,
     "int8": dict(LOCAL, round_compression="int8"),

@@ -18,9 +18,10 @@ from hvdtrain import quantize
 
 # LeNet, SGD with momentum kept by each worker (the default): a round carries the weights.
 # Rounds after steps 3 and 6 (fragments 0 and 1), and at the epoch's end after step 7
-# (every fragment).
+# (every fragment); float32 rounds unless a run names another (local mode's default is int8).
 LOCAL = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
-             warmup_epochs=0.0, lr_decay="constant", mode="local", n_sync=3)
+             warmup_epochs=0.0, lr_decay="constant", mode="local", n_sync=3,
+             round_compression="none")
 RUNS = {
     "whole": LOCAL,
     "f2": dict(LOCAL, round_fragments=2),
