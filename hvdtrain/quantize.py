@@ -28,6 +28,8 @@ CHUNK = 1024        # at most this many int8 values share one scale
 INT8_LEVELS = 127   # codes run from -127 to 127: symmetric, so 0 stays exactly 0
 SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
 COMPRESSED = ("fp16", "int8")
+# Bytes a value takes in a round of each --round-compression (int8's scales aside).
+VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1}
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -59,7 +61,7 @@ def payload_bytes(values: int, workers: int, compression: str) -> int:
     length = padded_length(values, workers, compression)
     if compression == "int8":
         return length + SCALE_BYTES * (length // chunk_length(values, workers))
-    return 2 * length
+    return VALUE_BYTES[compression] * length
 
 
 def quantize_int8(values: tf.Tensor, chunk: int = CHUNK) -> tuple[tf.Tensor, tf.Tensor]:

@@ -14,10 +14,8 @@ from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.periods import job_size, resolve_period
 from hvdtrain.progress import TrainingProgress, epoch_length
+from hvdtrain.quantize import VALUE_BYTES
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
-
-# Bytes a value of a round takes, by --round-compression (int8's scales aside).
-VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1}
 
 
 @dataclass(frozen=True)
