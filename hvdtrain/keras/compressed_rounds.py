@@ -70,9 +70,10 @@ class CompressedExchange:
             shard = shard / workers
         summed = encode(shard, 1)
         gathered = comm.allgather(summed, name=f"{name}_gather")
-        result = tf.reshape(decode(gathered), [-1])[:self.length]
-        if feedback:
-            self._keep_residual(padded, decode(rows), shard, decode(summed)[0], workers)
+        means = decode(gathered)  # a row per worker's shard, in rank order
+        result = tf.reshape(means, [-1])[:self.length]
+        if feedback:  # this worker's own row of `means` is what its `summed` decodes to
+            self._keep_residual(padded, decode(rows), shard, means[comm.rank()], workers)
         pieces = comm.unflatten(result, values)
         return [tf.cast(p, v.dtype) for p, v in zip(pieces, values)]
 
