@@ -323,8 +323,11 @@ class TrainConfig:
               f"least ln(classes), the loss of guessing), or, after warmup, above "
               f"{divergence.FACTOR:g} times it, or was above that during warmup and "
               f"has not come back below {divergence.RECOVERED:g} x ln(classes) (a network "
-              f"that blew up and died); checked every {divergence.WINDOW} steps with one allreduce "
-              f"of 7 numbers (with --sync-seconds at epoch ends)", resumable=True)
+              f"that blew up and died), or, {divergence.STALL_EPOCHS:g} epochs after warmup, "
+              f"has never been below it (one that died without rising, or never started; "
+              f"not judged on synthetic data, whose labels are random); checked every "
+              f"{divergence.WINDOW} steps with one allreduce of 8 numbers (with "
+              f"--sync-seconds at epoch ends)", resumable=True)
     step_timeout: float = _opt(
         600.0, "seconds without a finished step before a worker ends the job, naming the step "
                "(a dead or hung peer would otherwise stall it forever); 0 turns this off",

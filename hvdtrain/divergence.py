@@ -22,10 +22,15 @@ loss, or one EXPLODED times the reference, stops the run: the rate is still risi
 rise may recover (LeNet's 6.4 at a global batch of 1024 did, at peak 0.1), but not from a
 mean of 23 for 10 classes, where the true class's probability is e^-23 on average: a
 2-worker run at --base-lr 50 trained a whole epoch of warmup at a loss of 1e18 before the
-rule after warmup stopped it. What no rule on
-the loss alone tells from slow learning: a run that thrashed near ln(classes) from the
-start without ever rising 1.5 times above it (the same at rate 10: every window between
-2.2 and 3.3); its test accuracy does.
+rule after warmup stopped it.
+
+A run can also die without ever rising: LAMB at a peak of 0.1 (16 x 64, LeNet) sat at
+ln(10) from its first epoch and ended at 10%, never above where it started. So once
+STALL_EPOCHS of training have passed after warmup, a run whose window means have never
+come below RECOVERED times ln(classes) stops too. Not sooner: a healthy run at a small
+rate may take a few hundred steps to leave guessing, but not half an epoch at its peak
+rate. A dataset without signal (random labels) cannot leave guessing, so the caller
+turns this rule off for it (`judge_learning`).
 """
 
 from __future__ import annotations
@@ -38,15 +43,17 @@ WINDOW = 20
 FACTOR = 1.5
 RECOVERED = 0.9
 EXPLODED = 10.0
+STALL_EPOCHS = 0.5
 
 
 @dataclass(frozen=True)
 class LossHistory:
     """What every worker knows of the run's loss, the same on each: the first step's loss
-    averaged over the workers, and the highest window mean so far."""
+    averaged over the workers, and the highest and lowest window means so far."""
 
     first: float
     highest: float
+    lowest: float
 
 
 def reference_loss(first_loss: float, classes: int) -> float:
@@ -55,8 +62,10 @@ def reference_loss(first_loss: float, classes: int) -> float:
 
 
 def reason_to_stop(window_mean: float, history: LossHistory, classes: int,
-                   after_warmup: bool, steps: int = WINDOW) -> str | None:
-    """Why the run has diverged, or None (the rules are in this module's docstring)."""
+                   after_warmup: bool, steps: int = WINDOW,
+                   stall_judged: bool = False) -> str | None:
+    """Why the run has diverged, or None (the rules are in this module's docstring).
+    `stall_judged`: STALL_EPOCHS have passed since warmup, and the data can be learnt."""
     if not math.isfinite(window_mean):
         return f"the training loss averaged over the last {steps} steps is {window_mean}"
     reference = reference_loss(history.first, classes)
@@ -73,6 +82,12 @@ def reason_to_stop(window_mean: float, history: LossHistory, classes: int,
         return (f"the training loss rose to {history.highest:.3g} (a mean over {WINDOW} "
                 f"steps), above {FACTOR:g} times where training started, {reference:.3g}, "
                 f"and has not come back down: {window_mean:.3g} over the last {steps} steps")
+    if stall_judged and classes > 1 and history.lowest > RECOVERED * guessing:
+        return (f"the training loss has never come below {RECOVERED:g} x ln({classes}) = "
+                f"{RECOVERED * guessing:.3g} (guessing scores {guessing:.3g}): its lowest "
+                f"mean over {WINDOW} steps is {history.lowest:.3g}, so the network predicts "
+                f"no better than chance (a rate far too high kills it, one far too low "
+                f"has not started it)")
     return None
 
 
@@ -86,6 +101,7 @@ def shares(own_first: float | None, agreed: LossHistory | None, window_sum: floa
     return {"sum": window_sum, "steps": float(window_steps),
             "agreed_first": agreed.first if agreed else 0.0,
             "agreed_highest": agreed.highest if agreed else 0.0,
+            "agreed_lowest": agreed.lowest if agreed else 0.0,
             "has_agreed": float(agreed is not None),
             "first": own_first if has_own else 0.0, "has_first": float(has_own)}
 
@@ -101,18 +117,21 @@ def agree(mean: Mapping[str, float]) -> tuple[float, LossHistory] | None:
     if mean["has_agreed"] > 0:
         first = mean["agreed_first"] / mean["has_agreed"]
         highest = max(mean["agreed_highest"] / mean["has_agreed"], window_mean)
+        lowest = min(mean["agreed_lowest"] / mean["has_agreed"], window_mean)
     else:
         first, highest = mean["first"] / mean["has_first"], window_mean
-    return window_mean, LossHistory(first, highest)
+        lowest = window_mean
+    return window_mean, LossHistory(first, highest, lowest)
 
 
 def divergence_message(reason: str, step: int, peak_lr: float | None,
                        global_batch: int) -> str:
     """The one line a diverged run ends with: where, at what rate, and what to try. The
     cap it suggests is a quarter of the peak: LeNet's 0.4 at a global batch of 1024
-    diverged, half of it too, a quarter trained."""
+    diverged, half of it too, a quarter trained. LAMB at 0.03 trained there at every seed,
+    above SGD; LARS trained below it at every peak tried (BENCHMARKS.md, "LARS and LAMB")."""
     peak = f"peak learning rate {peak_lr:.4g}" if peak_lr is not None else "its learning rate"
     cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
     return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
-            f"{global_batch}); try --lr-scaling sqrt, {cap}, --optimizer lars, or a lower "
-            f"--base-lr (--no-divergence-guard lets it go on)")
+            f"{global_batch}); try --lr-scaling sqrt, {cap}, --optimizer lamb --lr-scaling none "
+            f"--base-lr 0.03, or a lower --base-lr (--no-divergence-guard lets it go on)")

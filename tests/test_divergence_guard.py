@@ -8,7 +8,7 @@ import pytest
 from hvdtrain.divergence import (FACTOR, RECOVERED, WINDOW, LossHistory, agree,
                                  divergence_message, reason_to_stop, reference_loss, shares)
 
-FRESH = LossHistory(first=2.3, highest=2.3)  # a run that has not risen above its start
+FRESH = LossHistory(first=2.3, highest=2.3, lowest=2.3)  # a run that has not risen above its start
 
 
 def test_a_non_finite_window_stops_the_run_even_during_warmup():
@@ -19,22 +19,33 @@ def test_a_non_finite_window_stops_the_run_even_during_warmup():
 
 def test_a_blow_up_stops_the_run_after_warmup_only():
     blown = FACTOR * 2.3 + 0.01
-    history = LossHistory(2.3, blown)
+    history = LossHistory(2.3, blown, 2.3)
     assert reason_to_stop(blown, history, 10, after_warmup=False) is None
     reason = reason_to_stop(blown, history, 10, after_warmup=True)
     assert f"above {FACTOR:g} times where training started, 2.3" in reason
     below = FACTOR * 2.3 - 0.01
-    assert reason_to_stop(below, LossHistory(2.3, below), 10, after_warmup=True) is None
+    assert reason_to_stop(below, LossHistory(2.3, below, below), 10, after_warmup=True) is None
 
 
 def test_a_blow_up_in_warmup_stops_the_run_after_it_unless_the_loss_came_back_down():
     # It rose to 6.4 during warmup; after it, a network that died sits at ln(10).
-    blew_up = LossHistory(first=2.9, highest=6.4)  # a first step above ln(10) too
+    blew_up = LossHistory(first=2.9, highest=6.4, lowest=2.35)  # a first step above ln(10) too
     reason = reason_to_stop(2.35, blew_up, 10, after_warmup=True)
     assert "rose to 6.4" in reason and "has not come back down: 2.35" in reason
     assert reason_to_stop(RECOVERED * math.log(10) - 0.01, blew_up, 10, True) is None
     assert reason_to_stop(0.6, blew_up, 10, after_warmup=True) is None  # it recovered
     assert reason_to_stop(2.35, FRESH, 10, after_warmup=True) is None   # never rose: slow
+
+
+def test_a_run_that_never_left_guessing_stops_once_its_stall_is_judged():
+    at_chance = LossHistory(first=2.3, highest=2.35, lowest=2.29)
+    assert reason_to_stop(2.31, at_chance, 10, after_warmup=True) is None  # not judged yet
+    reason = reason_to_stop(2.31, at_chance, 10, after_warmup=True, stall_judged=True)
+    assert "never come below 0.9 x ln(10) = 2.07" in reason and "2.29" in reason
+    # It learnt once (a window below 0.9 ln 10): slow or noisy now, not stuck at chance.
+    learnt = LossHistory(first=2.3, highest=2.35, lowest=RECOVERED * math.log(10) - 0.01)
+    assert reason_to_stop(2.31, learnt, 10, after_warmup=True, stall_judged=True) is None
+    assert reason_to_stop(2.31, at_chance, 0, after_warmup=True, stall_judged=True) is None
 
 
 def test_the_reference_is_where_training_started_but_never_below_guessing():
@@ -48,15 +59,19 @@ def _average(*parts):
 
 
 def test_the_workers_agree_on_one_history_a_joining_worker_takes_from_the_others():
-    # The first check: each worker's own first step, averaged; the window is the highest.
+    # The first check: each worker's own first step, averaged; the window is the highest
+    # and the lowest.
     window_mean, history = agree(_average(shares(2.2, None, 44.0, 20), shares(2.4, None, 48.0, 20)))
-    assert window_mean == pytest.approx(2.3) and history == LossHistory(2.3, 2.3)
+    assert window_mean == pytest.approx(2.3) and history == LossHistory(2.3, 2.3, 2.3)
     # Later, one of three joined an elastic job: its own first loss (0.4) is not the run's.
-    old = LossHistory(2.3, 6.4)
+    old = LossHistory(2.3, 6.4, 1.9)
     window_mean, history = agree(_average(shares(2.2, old, 10.0, 20), shares(2.4, old, 12.0, 20),
                                           shares(0.4, None, 8.0, 20)))
     assert window_mean == pytest.approx(0.5) and history == LossHistory(
-        pytest.approx(2.3), pytest.approx(6.4))
+        pytest.approx(2.3), pytest.approx(6.4), pytest.approx(0.5))
+    # A higher window leaves the lowest where it was.
+    _, history = agree(_average(shares(None, history, 40.0, 20)))
+    assert history.lowest == pytest.approx(0.5) and history.highest == pytest.approx(6.4)
     assert agree(_average(shares(None, None, 0.0, 0))) is None  # no step since the last check
 
 
@@ -64,7 +79,7 @@ def test_the_message_names_the_step_the_peak_the_batch_and_what_to_try():
     line = divergence_message("the loss is nan", 40, 0.4, 1024)
     assert "\n" not in line
     for words in ("step 40", "peak learning rate 0.4", "global batch of 1024",
-                  "--lr-scaling sqrt", "--max-lr 0.1", "--optimizer lars", "--base-lr",
+                  "--lr-scaling sqrt", "--max-lr 0.1", "--optimizer lamb --lr-scaling none --base-lr 0.03", "--base-lr",
                   "--no-divergence-guard"):
         assert words in line, words
 
@@ -167,6 +182,20 @@ def test_the_guard_stops_a_nan_loss_during_warmup():
     with pytest.raises(TrainingDiverged, match="last 20 steps is nan"):
         _train(guard, progress, _decreasing(25) + [math.nan] * 20)
     assert progress.steps == 40
+
+
+def test_the_guard_stops_a_run_stuck_at_chance_half_an_epoch_after_warmup():
+    from hvdtrain.training.callbacks import TrainingDiverged
+
+    # LAMB at 0.1 at 16 x 64: ln(10) from the start, never above it. Warmup: 10 steps;
+    # half an epoch (10 steps) later, 320 + 320 examples: the check at step 40 judges it.
+    guard, progress = _guard()
+    with pytest.raises(TrainingDiverged, match="at step 40: .*never come below"):
+        _train(guard, progress, [2.31] * 200)
+    # A dataset with random labels is never held to learning.
+    guard, progress = _guard()
+    guard.judge_learning = False
+    assert _train(guard, progress, [2.31] * 200) == 200
 
 
 def test_the_guard_checks_at_epoch_ends_when_rounds_are_timed():

@@ -63,9 +63,10 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
                   state_sync: keras.callbacks.Callback, checkpointer: Checkpointer,
                   extra: tuple[keras.callbacks.Callback, ...] = (),
                   test_data: Callable[[], tf.data.Dataset] | None = None,
-                  classes: int = 0) -> RunCallbacks:
+                  classes: int = 0, learnable: bool = True) -> RunCallbacks:
     """`test_data`: this worker's part of the test split, for `--eval-every`; `classes`:
-    the model's, for the divergence guard's reference (0: unknown)."""
+    the model's, for the divergence guard's reference (0: unknown); `learnable`: False
+    for data whose labels are random, which the guard must not expect to be learnt."""
     throughput = ThroughputMeter(progress)
     one_worker_warm_start = cfg.mode in LOCAL_MODES and cfg.warm_start == "single"
     step_log = StepLog(os.path.join(run_dir, run_folder.STEPS), start_time, progress,
@@ -78,7 +79,8 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
                                     os.path.join(run_dir, run_folder.METRICS),
                                     cfg.fp16_allreduce, beat=watchdog.beat if watchdog else None)
     divergence = [DivergenceGuard(progress, cfg.batch_size, cfg.warmup_epochs, classes,
-                                  at_epoch_ends=cfg.sync_seconds is not None)
+                                  at_epoch_ends=cfg.sync_seconds is not None,
+                                  judge_learning=learnable)
                   ] if cfg.divergence_guard else []
     every_rank = [CountProgress(progress, cfg.batch_size), *broadcast, state_sync, evaluation,
                   throughput,

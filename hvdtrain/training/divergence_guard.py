@@ -2,7 +2,7 @@
 
 Every WINDOW steps of the job (`TrainingProgress.steps`, the same on every worker, also
 after an elastic reset) each worker hands its losses since the last check, and its
-first step's, to one allreduce of seven numbers, so all of them judge the same mean by
+first step's, to one allreduce of eight numbers, so all of them judge the same mean by
 the same reference (`hvdtrain.divergence`) and stop at the same step: none is left
 waiting in a collective for a peer that stopped. With rounds every T seconds the workers
 take different numbers of steps, so they check at epoch ends instead, which they reach
@@ -14,8 +14,8 @@ from __future__ import annotations
 import keras
 
 from hvdtrain import comm
-from hvdtrain.divergence import (WINDOW, LossHistory, agree, divergence_message, reason_to_stop,
-                                 shares)
+from hvdtrain.divergence import (STALL_EPOCHS, WINDOW, LossHistory, agree, divergence_message,
+                                 reason_to_stop, shares)
 from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.schedule import peak_learning_rate
 from hvdtrain.progress import TrainingProgress
@@ -31,8 +31,10 @@ class DivergenceGuard(keras.callbacks.Callback):
     """
 
     def __init__(self, progress: TrainingProgress, batch_size: int, warmup_epochs: float,
-                 classes: int = 0, at_epoch_ends: bool = False):
+                 classes: int = 0, at_epoch_ends: bool = False, judge_learning: bool = True):
         super().__init__()
+        # False for data without signal (random labels): it never leaves guessing.
+        self.judge_learning = judge_learning
         self.progress = progress
         self.batch_size = batch_size
         self.warmup_epochs = warmup_epochs
@@ -82,10 +84,14 @@ class DivergenceGuard(keras.callbacks.Callback):
         if agreed is None:
             return
         window_mean, self.history = agreed
-        warmup_examples = self.warmup_epochs * self.progress.epoch_examples
+        epoch = self.progress.epoch_examples
+        warmup_examples = self.warmup_epochs * epoch
+        stall_examples = warmup_examples + STALL_EPOCHS * epoch
         reason = reason_to_stop(window_mean, self.history, self.classes,
                                 after_warmup=self.progress.examples > warmup_examples,
-                                steps=round(mean["steps"]))
+                                steps=round(mean["steps"]),
+                                stall_judged=(self.judge_learning
+                                              and self.progress.examples > stall_examples))
         if reason is not None:
             raise TrainingDiverged(divergence_message(
                 reason, self.progress.steps, peak_learning_rate(self.model.optimizer),

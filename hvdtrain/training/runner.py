@@ -178,7 +178,9 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: Star
     checkpointer = make_checkpointer(cfg, cfg.out, state, progress, saves)
     callbacks = get_callbacks(cfg, cfg.out, start, progress, state_sync, checkpointer,
                               extra_callbacks, lambda: _eval_data(cfg, data),
-                              classes=data.num_classes)
+                              classes=data.num_classes,
+                              # Endless data is random images with random labels.
+                              learnable=not data.endless)
     run = Run(cfg, data, progress, world, model, state_sync, callbacks, start,
               started.cores, saves, progress.steps)
     if plan.checkpoint:
