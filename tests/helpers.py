@@ -106,15 +106,29 @@ def weights_in_file(path) -> dict[str, np.ndarray]:
     return out
 
 
-def lenet_fragments(sizes, count: int) -> list[list[int]]:
-    """How `--round-fragments count` cuts LeNet's trainable variables (value counts
-    `sizes`, in order): its layers hold a kernel and a bias each, 4 bytes a value."""
-    return fragments_of([i // 2 for i in range(len(sizes))], [4 * s for s in sizes], count)
+def lenet_fragments(shapes, count: int) -> list[list[tuple]]:
+    """How `--round-fragments count` cuts LeNet's trainable variables (`shapes`, in
+    order): its layers hold a kernel and a bias each, 4 bytes a value, cut between their
+    last axis's columns alike. Pieces as `hvdtrain.fragments.fragments_of` gives them."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    return fragments_of([i // 2 for i in range(len(shapes))], [4 * s for s in sizes], count,
+                        [int(shape[-1]) for shape in shapes])
 
 
-def agreeing_variables(a: np.ndarray, b: np.ndarray, sizes) -> set[int]:
-    """The variables two flat weight vectors (variables of `sizes` values, in order) hold
-    to the bit."""
-    cuts = np.cumsum(sizes)[:-1]
-    return {i for i, (x, y) in enumerate(zip(np.split(a, cuts), np.split(b, cuts)))
-            if np.array_equal(x, y)}
+def piece_values(flat: np.ndarray, shapes, piece: tuple) -> np.ndarray:
+    """A piece's values in a flat vector of variables of `shapes` (in order, C order)."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    start = sum(sizes[:piece[0]])
+    values = flat[start:start + sizes[piece[0]]].reshape(shapes[piece[0]])
+    return values if len(piece) == 1 else values[..., piece[1]:piece[2]]
+
+
+def piece_size(shapes, piece: tuple) -> int:
+    size = int(np.prod(shapes[piece[0]]))
+    return size if len(piece) == 1 else size // int(shapes[piece[0]][-1]) * (piece[2] - piece[1])
+
+
+def agreeing_pieces(a: np.ndarray, b: np.ndarray, shapes, fragments) -> set[tuple]:
+    """The pieces of `fragments` that two flat weight vectors hold to the bit."""
+    return {piece for fragment in fragments for piece in fragment
+            if np.array_equal(piece_values(a, shapes, piece), piece_values(b, shapes, piece))}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
-from helpers import agreeing_variables, lenet_fragments, runs_on_learnable_data
+from helpers import agreeing_pieces, lenet_fragments, piece_size, runs_on_learnable_data
 from hvdtrain import quantize
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
@@ -118,20 +118,20 @@ def test_int8_rounds_between_hosts_leave_every_worker_on_the_same_bits(results):
 @pytest.mark.multiprocess
 def test_fragmented_rounds_between_hosts_average_one_fragment_in_turn(results):
     ranks = results["every3_f2"]
-    sizes = ranks[0]["sizes"]
-    fragments = lenet_fragments(sizes, 2)  # no momentum: a round carries the weights alone
+    shapes = json.loads(str(ranks[0]["shapes"]))
+    fragments = lenet_fragments(shapes, 2)  # no momentum: a round carries the weights alone
     for step in range(1, 8):
         for host in ((0, 1), (2, 3)):  # sync inside a host: its workers agree every step
             np.testing.assert_array_equal(ranks[host[0]]["steps"][step - 1],
                                           ranks[host[1]]["steps"][step - 1])
         expected = {3: set(fragments[0]), 6: set(fragments[1])}.get(step, set())
-        across = agreeing_variables(ranks[0]["steps"][step - 1], ranks[2]["steps"][step - 1],
-                                     sizes)
+        across = agreeing_pieces(ranks[0]["steps"][step - 1], ranks[2]["steps"][step - 1],
+                                 shapes, fragments)
         assert across == expected, step
     for rank in ranks[1:]:
         np.testing.assert_array_equal(rank["final"], ranks[0]["final"])
     summary = json.loads(str(ranks[0]["summary"]))
-    sent = sum(4 * sum(int(sizes[i]) for i in fragment) for fragment in fragments)
+    sent = sum(4 * sum(piece_size(shapes, p) for p in fragment) for fragment in fragments)
     # A fragment after steps 3 and 6, then every fragment at the epoch's end.
     assert summary["bytes_allreduced_across_hosts"] == sent + 4 * summary["parameters"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
-from helpers import agreeing_variables, lenet_fragments, runs_on_learnable_data
+from helpers import agreeing_pieces, lenet_fragments, piece_size, runs_on_learnable_data
 from hvdtrain import quantize
 
 # LeNet, SGD with momentum kept by each worker (the default): a round carries the weights.
@@ -40,10 +40,14 @@ def results(tmp_path_factory):
     return {name: load_rank_files(str(root), name) for name in RUNS}
 
 
-def _agreeing(ranks, step: int) -> set[int]:
-    """The variables both ranks hold to the bit after `step` (1-based)."""
-    return agreeing_variables(ranks[0]["steps"][step - 1], ranks[1]["steps"][step - 1],
-                              ranks[0]["sizes"])
+def _shapes(ranks) -> list:
+    return json.loads(str(ranks[0]["shapes"]))
+
+
+def _agreeing(ranks, step: int, fragments) -> set[tuple]:
+    """The pieces of `fragments` both ranks hold to the bit after `step` (1-based)."""
+    return agreeing_pieces(ranks[0]["steps"][step - 1], ranks[1]["steps"][step - 1],
+                           _shapes(ranks), fragments)
 
 
 @pytest.mark.multiprocess
@@ -51,10 +55,10 @@ def _agreeing(ranks, step: int) -> set[int]:
 @pytest.mark.parametrize("name", ["f2", "f2_int8"])
 def test_a_period_round_leaves_only_its_fragment_agreeing_and_the_end_all(results, name):
     ranks = results[name]
-    fragments = lenet_fragments(ranks[0]["sizes"], 2)
+    fragments = lenet_fragments(_shapes(ranks), 2)
     for step in range(1, 8):
         expected = set(fragments[ROUND_STEPS[step]]) if step in ROUND_STEPS else set()
-        assert _agreeing(ranks, step) == expected, step
+        assert _agreeing(ranks, step, fragments) == expected, step
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
@@ -64,22 +68,23 @@ def test_overlapped_fragment_rounds_end_the_epoch_on_the_same_bits(results):
     ranks = results["async_f2"]
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
     # The overlapped rounds' delayed update leaves no variable agreeing before the end.
-    assert all(_agreeing(ranks, step) == set() for step in range(1, 8))
+    fragments = lenet_fragments(_shapes(ranks), 2)
+    assert all(_agreeing(ranks, step, fragments) == set() for step in range(1, 8))
 
 
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
 def test_the_summary_counts_the_fragment_each_period_round_sent(results):
     summaries = {name: json.loads(str(results[name][0]["summary"])) for name in RUNS}
-    sizes = results["whole"][0]["sizes"]
+    sizes, shapes = results["whole"][0]["sizes"], _shapes(results["whole"])
     whole = 4 * int(sum(sizes))
     assert summaries["whole"]["bytes_allreduced"] == 3 * whole
     for name, count in (("f2", 2), ("f4", 4), ("async_f2", 2)):
-        fragments = lenet_fragments(sizes, count)
-        sent = [4 * sum(int(sizes[i]) for i in fragments[k]) for k in ROUND_STEPS.values()]
+        fragments = lenet_fragments(shapes, count)
+        sent = [4 * sum(piece_size(shapes, p) for p in fragments[k]) for k in ROUND_STEPS.values()]
         assert summaries[name]["averaging_rounds"] == 3, name
         # Two period rounds of one fragment each, and the end's round of all of them.
         assert summaries[name]["bytes_allreduced"] == sum(sent) + whole, name
-    int8 = [quantize.payload_bytes(sum(int(sizes[i]) for i in fragment), 2, "int8")
-            for fragment in lenet_fragments(sizes, 2)]
+    int8 = [quantize.payload_bytes(sum(piece_size(shapes, p) for p in fragment), 2, "int8")
+            for fragment in lenet_fragments(shapes, 2)]
     assert summaries["f2_int8"]["bytes_allreduced"] == 2 * sum(int8)

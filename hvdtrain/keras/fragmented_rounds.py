@@ -1,7 +1,8 @@
 """Rounds that average one fragment of the state in turn (`LocalSGD(round_fragments=F)`).
 
-The averaged variables are cut by layer into F fragments of about equal bytes
-(`hvdtrain.fragments`); each fragment is a `ModelStateAverager` of its own, so its
+The averaged variables are cut into F fragments of about equal bytes, whole layers or a
+layer's columns (`hvdtrain.fragments`; a cut variable's part is a `ColumnSlice`); each
+fragment is a `ModelStateAverager` of its own, so its
 reference and its compressed residual are its own. A round the period holds averages
 fragment k mod F, k the run's round count (`TrainingProgress.averaging_rounds`, which every
 worker holds alike); a round that must leave the workers agreeing (a save, an elastic
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 
 import keras
+import tensorflow as tf
 
 from hvdtrain.fragments import fragments_of
 from hvdtrain.keras.overlap import FinishedRound, OverlappedRounds
@@ -33,15 +35,44 @@ def layer_key(variable, weight_layers: dict[str, str]) -> str:
     return weight_layers[max(owners, key=len)] if owners else layer
 
 
+class ColumnSlice:
+    """Columns [start, stop) of a variable's last axis, read (`tf.convert_to_tensor`) and
+    assigned as a variable of their own: the part of a layer one fragment averages."""
+
+    def __init__(self, variable, start: int, stop: int):
+        self.variable, self.start, self.stop = variable, start, stop
+        self.shape = tf.TensorShape([*variable.shape[:-1], stop - start])
+        self.dtype = variable.dtype
+        self.path = variable.path  # slots are known by their name's ending
+
+    def __tf_tensor__(self, dtype=None, name=None):
+        return tf.convert_to_tensor(self.variable, dtype=dtype)[..., self.start:self.stop]
+
+    def assign(self, value) -> None:
+        # Keras's variable holds a tf.Variable, which takes a strided slice's assignment.
+        self.variable.value[..., self.start:self.stop].assign(value)
+
+
+def _cuttable_columns(variable, statistics: set[int]) -> int:
+    """The columns a fragment may cut `variable` at: its last axis, unless it is a
+    statistic (BatchNorm's variance is pooled about its mean, whole) or has none."""
+    if id(variable) in statistics or len(variable.shape) == 0:
+        return 0
+    return int(variable.shape[-1])
+
+
 class FragmentedAverager:
     """The state of `ModelStateAverager(model, **options)` in `count` fragments."""
 
     def __init__(self, model: keras.Model, count: int, **options):
-        whole = ModelStateAverager(model, **options).variables
+        averager = ModelStateAverager(model, **options)
+        whole = averager.variables
         weight_layers = {str(w.path): str(w.path).rsplit("/", 1)[0] for w in model.weights}
+        statistics = {id(v) for v in averager.statistics}
         groups = fragments_of([layer_key(v, weight_layers) for v in whole],
-                              [variable_bytes([v]) for v in whole], count)
-        self.parts = [ModelStateAverager(model, only=[whole[i] for i in group], **options)
+                              [variable_bytes([v]) for v in whole], count,
+                              [_cuttable_columns(v, statistics) for v in whole])
+        self.parts = [ModelStateAverager(model, only=[_piece(whole, p) for p in group], **options)
                       for group in groups]
         self.outer = None  # LocalSGD refuses an outer step with fragments
 
@@ -92,6 +123,12 @@ class FragmentedAverager:
 
     def show_mean(self) -> list:
         return [value for part in self.parts for value in part.show_mean()]
+
+
+def _piece(variables: list, piece: tuple):
+    """A fragment's piece (`hvdtrain.fragments.Piece`) as a variable or a ColumnSlice."""
+    variable = variables[piece[0]]
+    return variable if len(piece) == 1 else ColumnSlice(variable, piece[1], piece[2])
 
 
 class FragmentedOverlap:

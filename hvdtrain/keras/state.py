@@ -184,13 +184,20 @@ class ModelStateAverager:
     def __init__(self, model: keras.Model, *, trainable: bool = True,
                  statistics: bool = True, optimizer_state: bool = False,
                  outer: OuterOptimizer | None = None, compression: str = "none", only=None):
-        """`only`: average just these of the chosen variables (a round's fragment,
-        `hvdtrain.keras.fragmented_rounds`), with a reference and residual of their own."""
+        """`only`: average just these of the chosen variables, or column slices of them
+        (a round's fragment, `hvdtrain.keras.fragmented_rounds`), with a reference and
+        residual of their own."""
         self.model = model
-        kept = {id(v) for v in only} if only is not None else None
+        kept: dict[int, list] | None = None
+        if only is not None:
+            kept = {}
+            for item in only:  # a ColumnSlice stands in for its variable
+                kept.setdefault(id(getattr(item, "variable", item)), []).append(item)
 
         def chosen(variables) -> list:
-            return [v for v in variables if kept is None or id(v) in kept]
+            if kept is None:
+                return list(variables)
+            return [item for v in variables for item in kept.get(id(v), ())]
 
         self.weights = chosen(model.trainable_variables) if trainable else []
         self.statistics = chosen(_floating(model.non_trainable_variables)) if statistics else []

@@ -39,8 +39,9 @@ def main(results_dir: str, runs_json: str) -> None:
             steps=np.stack(seen.weights),
             final=np.concatenate([w.numpy().ravel() for w in result.model.trainable_variables]),
             summary=json.dumps(result.summary), host=np.array(comm.host_group().ranks),
-            # Each trainable variable's length in `steps` and `final`, in order.
-            sizes=np.array([int(np.prod(w.shape)) for w in result.model.trainable_variables]))
+            # Each trainable variable's length and shape in `steps` and `final`, in order.
+            sizes=np.array([int(np.prod(w.shape)) for w in result.model.trainable_variables]),
+            shapes=json.dumps([list(w.shape) for w in result.model.trainable_variables]))
 
 
 if __name__ == "__main__":
