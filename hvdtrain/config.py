@@ -233,8 +233,10 @@ class TrainConfig:
                 "workers, at 0.13 of sync's bytes (BENCHMARKS.md)",
         ROUND_COMPRESSIONS, modes=LOCAL_MODES, default_per_mode=DEFAULT_ROUND_COMPRESSION)
     round_fragments: int = _opt(
-        1, "local and async modes: F > 1 cuts the averaged state by layer, in order, into F "
-           "fragments of about equal bytes (Streaming DiLoCo); each round averages one "
+        1, "local and async modes: F > 1 cuts the averaged state, in order, into F "
+           "fragments of about equal bytes (Streaming DiLoCo; a dense or convolution layer "
+           "may be cut between output columns, a BatchNorm layer stays whole); each round "
+           "averages one "
            "fragment in turn, so a round's burst is about 1/F of the state and each fragment "
            "is averaged every F rounds, i.e. every F x --n-sync steps. Epoch ends, "
            "evaluations, checkpoints, elastic commits and the run's end average every "
