@@ -188,10 +188,13 @@ def test_the_guard_stops_a_run_stuck_at_chance_half_an_epoch_after_warmup():
     from hvdtrain.training.callbacks import TrainingDiverged
 
     # LAMB at 0.1 at 16 x 64: ln(10) from the start, never above it. Warmup: 10 steps;
-    # half an epoch (10 steps) later, 320 + 320 examples: the check at step 40 judges it.
+    # half an epoch (10 steps) later, 320 + 320 examples; but not before 100 steps.
     guard, progress = _guard()
-    with pytest.raises(TrainingDiverged, match="at step 40: .*never come below"):
+    with pytest.raises(TrainingDiverged, match="at step 100: .*never come below"):
         _train(guard, progress, [2.31] * 200)
+    # A short run at a small rate that has not left guessing yet is not judged.
+    guard, progress = _guard()
+    assert _train(guard, progress, [2.31] * 99) == 99
     # A dataset with random labels is never held to learning.
     guard, progress = _guard()
     guard.judge_learning = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import keras
 
 from hvdtrain import comm
-from hvdtrain.divergence import (STALL_EPOCHS, WINDOW, LossHistory, agree, divergence_message,
+from hvdtrain.divergence import (STALL_EPOCHS, STALL_STEPS, WINDOW, LossHistory, agree, divergence_message,
                                  reason_to_stop, shares)
 from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.schedule import peak_learning_rate
@@ -91,7 +91,8 @@ class DivergenceGuard(keras.callbacks.Callback):
                                 after_warmup=self.progress.examples > warmup_examples,
                                 steps=round(mean["steps"]),
                                 stall_judged=(self.judge_learning
-                                              and self.progress.examples > stall_examples))
+                                              and self.progress.examples > stall_examples
+                                              and self.progress.steps >= STALL_STEPS))
         if reason is not None:
             raise TrainingDiverged(divergence_message(
                 reason, self.progress.steps, peak_learning_rate(self.model.optimizer),
