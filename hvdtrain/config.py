@@ -32,7 +32,11 @@ OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 # at 0.2 and 0.14 for some seeds), and at 512 one seed of three broke down at 0.2, where
 # 0.1 trained at every seed (BENCHMARKS.md, "A recipe for 8 to 32 workers").
 DEFAULT_LR_SCALING = "linear"
-DEFAULT_MAX_LR = 0.1
+# LAMB's own cap: at 0.03 it ended 0.6, 4.4 and 3.0 points above SGD's defaults at 8 x 64,
+# 16 x 64 and 32 x 32 (LeNet, 3 seeds each); at 0.1 it sat at chance (BENCHMARKS.md, "LARS
+# and LAMB"). LARS keeps SGD's, which its rates (10 to 30 times SGD's) need lifted.
+DEFAULT_MAX_LR = {"lamb": 0.03}
+DEFAULT_MAX_LR_OTHERWISE = 0.1
 # LARS's trust coefficient (You et al. 2017).
 LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
@@ -136,10 +140,12 @@ class TrainConfig:
         "starts from one worker's rate under the same rule. LeNet on Fashion-MNIST at a "
         "global batch of 1024 diverged at linear's peak of 0.4, and at 0.2; 0.1 trained",
         LR_SCALINGS)
-    max_lr: float = _opt(
-        DEFAULT_MAX_LR, "cap on the peak rate after --lr-scaling (and on the warmup's "
-                        "start); 0: no cap. The default binds from a global batch of 256 "
-                        "(linear): LeNet broke down above it at 512 and 1024")
+    max_lr: float | None = _opt(
+        None, f"cap on the peak rate after --lr-scaling (and on the warmup's start); 0: no "
+              f"cap. Default {DEFAULT_MAX_LR['lamb']:g} with --optimizer lamb, else "
+              f"{DEFAULT_MAX_LR_OTHERWISE:g}, which binds from a global batch of 256 (linear): "
+              f"LeNet with SGD broke down above it at 512 and 1024, and LAMB at 0.1 sat at "
+              f"chance where 0.03 ended above SGD at 512 and 1024")
     warmup_epochs: float = _opt(
         1.0, "epochs over which the rate ramps linearly from the one-worker rate to the scaled "
              "rate. 1 rather than 0.5: in 2-epoch LeNet runs at 8 to 32 workers it ended 0.5 to "
@@ -352,6 +358,8 @@ class TrainConfig:
         changes = {f.name: f.metadata["default_per_mode"][self.mode]
                    for f in dataclasses.fields(self)
                    if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
+        if self.max_lr is None:
+            changes["max_lr"] = DEFAULT_MAX_LR.get(self.optimizer, DEFAULT_MAX_LR_OTHERWISE)
         if self.hierarchical_sgd and self.n_sync is None:
             # A host's workers hold one model: the replicas that drift apart are the hosts.
             changes["n_sync"] = DEFAULT_HOST_N_SYNC[self.mode]
@@ -402,14 +410,15 @@ def _check_numbers(cfg: TrainConfig) -> None:
                              "model_parallel", "elastic_commit_every", "round_fragments")),
             (_non_negative_int, ("warm_start_steps", "local_lr_workers", "eval_every", "seed")),
             (_positive_float, ("base_lr", "outer_lr", "lars_eta")),
-            (_non_negative_float, ("step_timeout", "log_every", "warmup_epochs", "weight_decay",
-                                     "max_lr")),
+            (_non_negative_float, ("step_timeout", "log_every", "warmup_epochs", "weight_decay")),
             (_fraction, ("momentum", "outer_momentum"))):
         for name in names:
             check(cfg, name)
     for name in ("steps_per_epoch", "train_examples", "eval_examples"):
         if getattr(cfg, name) is not None:
             _positive_int(cfg, name)
+    if cfg.max_lr is not None:
+        _non_negative_float(cfg, "max_lr")
 
 
 def _check_formats(cfg: TrainConfig) -> None:

@@ -136,5 +136,5 @@ def divergence_message(reason: str, step: int, peak_lr: float | None,
     peak = f"peak learning rate {peak_lr:.4g}" if peak_lr is not None else "its learning rate"
     cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
     return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
-            f"{global_batch}); try --lr-scaling sqrt, {cap}, --optimizer lamb --lr-scaling none "
-            f"--base-lr 0.03, or a lower --base-lr (--no-divergence-guard lets it go on)")
+            f"{global_batch}); try --lr-scaling sqrt, {cap}, --optimizer lamb (its peak is capped "
+            f"at 0.03), or a lower --base-lr (--no-divergence-guard lets it go on)")

@@ -138,6 +138,9 @@ def test_keras_schedule_matches_pure_function(decay):
     ("sync", 4, 0.2, {"max_lr": 0}), ("local", 4, 0.1, {}), ("async", 4, 0.1, {}),
     ("local", 0, 0.2, {"max_lr": 0}),
     ("sync", 4, 0.1, {}),  # the default cap: linear's 0.2 at a global batch of 512 broke down
+    ("sync", 4, 0.03, {"optimizer": "lamb"}),  # LAMB's own: at 0.1 it sat at chance
+    ("sync", 4, 0.05, {"optimizer": "lamb", "max_lr": 0.05}),
+    ("sync", 4, 0.1, {"optimizer": "lars"}),
     ("sync", 4, 0.1 * math.sqrt(2), {"lr_scaling": "sqrt", "max_lr": 0}),
     ("sync", 4, 0.15, {"max_lr": 0.15}),
     ("local", 4, 0.1, {"lr_scaling": "none", "max_lr": 0.3}),

@@ -28,6 +28,7 @@ class World:
 
 def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     """The world of the workers running now, continuing the schedule from `progress`."""
+    cfg = cfg.resolved()  # the cap's default follows the optimizer
     workers = comm.size()
     epoch_examples = progress.epoch_examples
     host_workers = comm.host_group().size if cfg.hierarchical_sgd else 0
