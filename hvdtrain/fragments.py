@@ -67,9 +67,9 @@ def layer_units(keys: Sequence[Hashable]) -> list[list[int]]:
 Piece = tuple  # (position, first column, column after the last), or (position,) whole
 
 
-def _atoms(unit_sizes: Sequence[int], unit_columns: Sequence[int]) -> list[tuple[int, int]]:
+def _atoms(unit_columns: Sequence[int]) -> list[tuple[int, int]]:
     """The smallest parts the split may take: (unit, column), or (unit, -1) for a unit
-    that travels whole. A cuttable unit's columns each weigh its bytes over its columns."""
+    that travels whole."""
     return [(u, c) for u, columns in enumerate(unit_columns)
             for c in (range(columns) if columns > 1 else (-1,))]
 
@@ -91,7 +91,9 @@ def fragments_of(keys: Sequence[Hashable], sizes: Sequence[int], count: int,
     units = layer_units(keys)
     unit_sizes = [sum(sizes[i] for i in unit) for unit in units]
     unit_columns = _unit_columns(units, columns)
-    atoms = _atoms(unit_sizes, unit_columns)
+    atoms = _atoms(unit_columns)
+    # A cuttable unit's columns each weigh its bytes over its columns (every variable's
+    # last axis is that long, so the division is exact).
     weights = [unit_sizes[u] // unit_columns[u] if c >= 0 else unit_sizes[u] for u, c in atoms]
     if count > len(atoms):
         split_evenly([1] * len(units), count)  # refuses, naming the layers
