@@ -30,8 +30,8 @@ STALL_EPOCHS of training have passed after warmup, and at least STALL_STEPS step
 whose window means have never come below RECOVERED times ln(classes) stops too. Not
 sooner: a healthy run at a small rate takes a while to leave guessing (LeNet at a peak
 of 0.003 on the tests' small dataset was still at 2.26 after 20 steps); the LAMB run
-above was judged at step 100 of 117. A dataset without signal (random labels) cannot leave guessing, so the caller
-turns this rule off for it (`judge_learning`).
+above was judged at step 100 of 117. A dataset without signal (random labels) cannot
+leave guessing, so the caller turns this rule off for it (`judge_learning`).
 """
 
 from __future__ import annotations
