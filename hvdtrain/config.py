@@ -244,8 +244,8 @@ class TrainConfig:
         1, "local and async modes: F > 1 cuts the averaged state, in order, into F "
            "fragments of about equal bytes (Streaming DiLoCo; a dense or convolution layer "
            "may be cut between output columns, a BatchNorm layer stays whole); each round "
-           "averages one fragment in turn, so a round's burst is about 1/F of the state and each fragment "
-           "is averaged every F rounds, i.e. every F x --n-sync steps. Epoch ends, "
+           "averages one fragment in turn, so a round's burst is about 1/F of the state and "
+           "each fragment is averaged every F rounds, i.e. every F x --n-sync steps. Epoch ends, "
            "evaluations, checkpoints, elastic commits and the run's end average every "
            "fragment, so the workers agree there. Each fragment keeps its own "
            "--round-compression residual. Not with --outer-optimizer or --sync-seconds",

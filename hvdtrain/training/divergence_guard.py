@@ -14,8 +14,8 @@ from __future__ import annotations
 import keras
 
 from hvdtrain import comm
-from hvdtrain.divergence import (STALL_EPOCHS, STALL_STEPS, WINDOW, LossHistory, agree, divergence_message,
-                                 reason_to_stop, shares)
+from hvdtrain.divergence import (STALL_EPOCHS, STALL_STEPS, WINDOW, LossHistory, agree,
+                                 divergence_message, reason_to_stop, shares)
 from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.schedule import peak_learning_rate
 from hvdtrain.progress import TrainingProgress
