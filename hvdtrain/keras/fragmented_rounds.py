@@ -65,7 +65,9 @@ class FragmentedAverager:
     """The state of `ModelStateAverager(model, **options)` in `count` fragments."""
 
     def __init__(self, model: keras.Model, count: int, **options):
-        averager = ModelStateAverager(model, **options)
+        # Only to list the averaged variables: uncompressed, so it allocates no residual
+        # or reference of the whole model that the fragments then allocate again.
+        averager = ModelStateAverager(model, **{**options, "compression": "none"})
         whole = averager.variables
         weight_layers = {str(w.path): str(w.path).rsplit("/", 1)[0] for w in model.weights}
         statistics = {id(v) for v in averager.statistics}
