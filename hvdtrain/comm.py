@@ -46,11 +46,19 @@ class WorkerGroup:
     def size(self) -> int:
         return len(self.ranks)
 
+    @property
+    def index(self) -> int:
+        """This worker's place in the group: Horovod ranks a process set's workers in
+        the order of their global ranks."""
+        return sorted(self.ranks).index(rank())
+
 
 # The host groups registered with Horovod in this world (Horovod keeps process sets in a
 # registry of its own; this mirrors which of them is ours). Set by `init(host_groups=True)`,
 # and made again for every new set of workers after an elastic reset.
 _host_group: WorkerGroup | None = None
+# The workers that hold the same place in every host (`peer_group`), when hosts are equal.
+_peer_group: WorkerGroup | None = None
 _wants_host_groups = False
 
 
@@ -91,8 +99,10 @@ def init(fuse_tensors: bool = True, host_groups: bool = False,
 
 
 def _make_host_groups() -> None:
-    """Every worker registers every host's group, in the same order: a collective call."""
-    global _host_group
+    """Every worker registers every host's group, in the same order: a collective call;
+    then, when every host has as many workers (two or more), the groups of the workers at
+    the same place in each host (`peer_group`)."""
+    global _host_group, _peer_group
     names = hvd.allgather_object(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
     groups: dict[str, list[int]] = {}
     for worker, name in enumerate(names):
@@ -103,13 +113,27 @@ def _make_host_groups() -> None:
         if os.environ.get(DYNAMIC_PROCESS_SETS) != "1":
             raise ConfigError("--hierarchical-sgd must start Horovod itself: this process "
                               "started it earlier without process sets")
-        for ranks in groups.values():  # in order of their first rank, on every worker
-            # Any failure here is Horovod's own and keeps its words: Horovod shut down
-            # meanwhile (a peer lost while an elastic reset makes the groups again).
-            added = hvd.add_process_set(ranks)
-            if tuple(ranks) == mine:
-                process_set = added
+        process_set = _register(list(groups.values()), mine)
     _host_group = WorkerGroup(mine, len(groups), process_set)
+    _peer_group = None
+    sizes = {len(ranks) for ranks in groups.values()}
+    if len(groups) > 1 and sizes != {1} and len(sizes) == 1:
+        peers = [[ranks[place] for ranks in groups.values()] for place in range(sizes.pop())]
+        place = mine.index(hvd.rank())
+        _peer_group = WorkerGroup(tuple(peers[place]), len(groups),
+                                  _register(peers, tuple(peers[place])))
+
+
+def _register(groups: list[list[int]], mine: tuple[int, ...]):
+    """Register `groups` as Horovod process sets, in order, and return the one of `mine`."""
+    own = None
+    for ranks in groups:  # in the same order on every worker
+        # Any failure here is Horovod's own and keeps its words: Horovod shut down
+        # meanwhile (a peer lost while an elastic reset makes the groups again).
+        added = hvd.add_process_set(ranks)
+        if tuple(ranks) == mine:
+            own = added
+    return own
 
 
 def host_group() -> WorkerGroup:
@@ -118,6 +142,15 @@ def host_group() -> WorkerGroup:
     if _host_group is None:
         return WorkerGroup(tuple(range(hvd.size())), 1)
     return _host_group
+
+
+def peer_group() -> WorkerGroup | None:
+    """The workers at this worker's place in every host (its host's k-th worker, the
+    other hosts' k-th), one per host, or None unless there are two or more hosts, all of
+    the same number of workers, two or more. A round across hosts can then be cut in
+    shards, one per place, each crossing between hosts in its own group: every host's NIC
+    carries one copy of the state instead of one per worker."""
+    return _peer_group
 
 
 def fusion_is_off() -> bool:
@@ -219,22 +252,35 @@ def gather_rows(rows: tf.Tensor, name: str | None = None) -> list[tf.Tensor]:
     return list(tf.split(gathered, counts.numpy().tolist(), axis=0))
 
 
-def alltoall(tensor: tf.Tensor, name: str | None = None) -> tf.Tensor:
+def _members(group: WorkerGroup | None) -> tuple[int, object]:
+    """How many workers a collective among `group` (all when None) has, and its set."""
+    if group is None:
+        return hvd.size(), hvd.global_process_set
+    return group.size, group.process_set or hvd.global_process_set
+
+
+def alltoall(tensor: tf.Tensor, name: str | None = None,
+             group: WorkerGroup | None = None) -> tf.Tensor:
     """`tensor`'s first axis cut into one equal part per worker, part r sent to worker r;
     returns the parts this worker got, in rank order, in the same shape. Any dtype Horovod
-    carries (int8 among them), eager or traced. With one worker it returns the input."""
-    if hvd.size() == 1:
+    carries (int8 among them), eager or traced. With one worker it returns the input.
+    `group`: among those workers only, ranked by `WorkerGroup.index`."""
+    workers, process_set = _members(group)
+    if workers == 1:
         return tensor
-    return tf.reshape(hvd.alltoall(tensor, name=name), tensor.shape)
+    return tf.reshape(hvd.alltoall(tensor, name=name, process_set=process_set), tensor.shape)
 
 
-def allgather(tensor: tf.Tensor, name: str | None = None) -> tf.Tensor:
+def allgather(tensor: tf.Tensor, name: str | None = None,
+              group: WorkerGroup | None = None) -> tf.Tensor:
     """Every worker's `tensor` (all of one shape), concatenated along the first axis in
-    rank order, on every worker; any dtype Horovod carries, eager or traced."""
-    if hvd.size() == 1:
+    rank order, on every worker; any dtype Horovod carries, eager or traced. `group`: as
+    for `alltoall`."""
+    workers, process_set = _members(group)
+    if workers == 1:
         return tensor
-    gathered = hvd.allgather(tensor, name=name)
-    return tf.reshape(gathered, [hvd.size() * tensor.shape[0], *tensor.shape[1:]])
+    gathered = hvd.allgather(tensor, name=name, process_set=process_set)
+    return tf.reshape(gathered, [workers * tensor.shape[0], *tensor.shape[1:]])
 
 
 def average_scalars(values: Mapping[str, float], name: str = "scalars") -> dict[str, float]:
@@ -344,12 +390,12 @@ def elastic_run(func):
             raise
 
     def reset():
-        global _host_group
+        global _host_group, _peer_group
         hvd.shutdown()
         # Horovod forgets its process sets when it shuts down, and the hosts may have
         # changed (one lost, one taken back): start again as a worker that joins does, in
         # `init`, so both make the host groups in the same collective calls.
-        _host_group = None
+        _host_group = _peer_group = None
         init(host_groups=_wants_host_groups)
 
     return run_fn(wrapper, reset)

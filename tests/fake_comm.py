@@ -107,6 +107,13 @@ def _installed_world() -> FakeComm:
     return _installed[-1]
 
 
+def _group_ranks(world: FakeComm, group) -> list[int]:
+    ranks = sorted(range(world.workers) if group is None else group.ranks)
+    if world.rank not in ranks:
+        raise BadPeerValues(f"this worker (rank {world.rank}) is not in the group {ranks}")
+    return ranks
+
+
 class FakeComm:
     """A world of `workers` workers in which this process is `rank` (see the module doc).
 
@@ -252,20 +259,32 @@ class FakeComm:
         return {k: float(np.mean([own[k]] + [float(held[r][k]) for r in sorted(held)]))
                 for k in own}
 
-    def fake_alltoall(self, tensor, name=None):
-        """Part r (of `workers` equal parts along the first axis) of every worker's tensor
-        goes to worker r: this worker gets its part of each, in rank order."""
+    def fake_peer_group(self) -> comm.WorkerGroup | None:
+        sizes = {len(h) for h in self.hosts}
+        if len(self.hosts) < 2 or len(sizes) != 1 or sizes == {1}:
+            return None
+        place = self._my_host().index(self.rank)
+        return comm.WorkerGroup(tuple(h[place] for h in self.hosts), len(self.hosts))
+
+    def fake_alltoall(self, tensor, name=None, group=None):
+        """Part i (of one equal part per worker of `group`, by default all, along the first
+        axis) of every such worker's tensor goes to its i-th worker, in rank order: this
+        worker gets its part of each."""
+        ranks = _group_ranks(self, group)
+
         def run(world, own):
-            by_rank = world._by_rank("alltoall", name, own)
-            return [np.concatenate([np.split(by_rank[r][0], world.workers)[world.rank]
-                                    for r in range(world.workers)])]
+            by_rank = world._by_rank("alltoall", name, own, ranks)
+            place = ranks.index(world.rank)
+            return [np.concatenate([np.split(by_rank[r][0], len(ranks))[place] for r in ranks])]
         return self._run(run, [tensor], name)[0]
 
-    def fake_allgather(self, tensor, name=None):
+    def fake_allgather(self, tensor, name=None, group=None):
+        ranks = _group_ranks(self, group)
+
         def run(world, own):
-            by_rank = world._by_rank("allgather", name, own)
-            return [np.concatenate([by_rank[r][0] for r in range(world.workers)])]
-        shape = tf.TensorShape([self.workers * tensor.shape[0], *tensor.shape[1:]])
+            by_rank = world._by_rank("allgather", name, own, ranks)
+            return [np.concatenate([by_rank[r][0] for r in ranks])]
+        shape = tf.TensorShape([len(ranks) * tensor.shape[0], *tensor.shape[1:]])
         return self._run(run, [tensor], name, shapes=[shape])[0]
 
     # --- the machinery ---
@@ -274,9 +293,13 @@ class FakeComm:
                  fp16: bool = False) -> dict[int, list[np.ndarray]]:
         """The values of every worker of `ranks` (by default all) for the collective `name`,
         this one's included; the call is recorded."""
+        everyone = ranks is None or len(ranks) == self.workers
         ranks = range(self.workers) if ranks is None else ranks
-        held = self._peer_values(name, own, set(ranks) - {self.rank})
-        by_rank = {r: self._like(own, held[r], name, r) for r in held}
+        wanted = set(ranks) - {self.rank}
+        # Workers of a group make their collective under the name another group uses too
+        # (each within its own process set): the held sends of all of them may be given.
+        held = self._peer_values(name, own, wanted, exact=everyone)
+        by_rank = {r: self._like(own, held[r], name, r) for r in wanted}
         by_rank[self.rank] = own
         self.calls.append(Call(kind, name, own, fp16))
         return by_rank
