@@ -38,6 +38,11 @@ RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs
 }
 
 
+def half(count: int) -> int:
+    """A host shard's part of `count` at hosts of 2 (the first takes the odd one)."""
+    return -(-count // 2)
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("hierarchical")
@@ -92,11 +97,12 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert summary["workers"] == 4 and summary["n_sync"] == 3
     # Every step's gradients were averaged, inside the host; 2 rounds and the epoch's end.
     assert summary["gradient_steps_averaged"] == 7 and summary["averaging_rounds"] == 3
-    # The gradients of 7 steps among the host's workers; 3 rounds of the weights among all.
+    # The gradients of 7 steps among the host's workers; 3 rounds of the weights across
+    # hosts, each worker sending its host shard, half of them, to its peer on the other.
     weights = 4 * summary["parameters"]
     assert summary["bytes_allreduced_within_host"] == 7 * weights
-    assert summary["bytes_allreduced_across_hosts"] == 3 * weights
-    assert summary["bytes_allreduced"] == 10 * weights
+    assert summary["bytes_allreduced_across_hosts"] == 3 * 4 * half(summary["parameters"])
+    assert summary["bytes_allreduced"] == 7 * weights + 3 * 4 * half(summary["parameters"])
     assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
 
 
@@ -109,9 +115,10 @@ def test_int8_rounds_between_hosts_leave_every_worker_on_the_same_bits(results):
     for rank in ranks[1:]:
         np.testing.assert_array_equal(rank["final"], ranks[0]["final"])
     summary = json.loads(str(ranks[0]["summary"]))
-    # 3 rounds of the weights (no momentum here), encoded: the bytes that cross the hosts.
+    # 3 rounds of the weights (no momentum here), a host shard of them between 2 peers,
+    # encoded: the bytes that cross the hosts.
     assert summary["bytes_allreduced_across_hosts"] == 3 * quantize.payload_bytes(
-        summary["parameters"], 4, "int8")
+        half(summary["parameters"]), 2, "int8")
     assert summary["bytes_allreduced_within_host"] == 7 * 4 * summary["parameters"]
 
 
@@ -131,9 +138,10 @@ def test_fragmented_rounds_between_hosts_average_one_fragment_in_turn(results):
     for rank in ranks[1:]:
         np.testing.assert_array_equal(rank["final"], ranks[0]["final"])
     summary = json.loads(str(ranks[0]["summary"]))
-    sent = sum(4 * sum(piece_size(shapes, p) for p in fragment) for fragment in fragments)
-    # A fragment after steps 3 and 6, then every fragment at the epoch's end.
-    assert summary["bytes_allreduced_across_hosts"] == sent + 4 * summary["parameters"]
+    sent = sum(4 * half(sum(piece_size(shapes, p) for p in fragment)) for fragment in fragments)
+    # A fragment after steps 3 and 6, then every fragment at the epoch's end; each worker
+    # sends its host shard of a fragment.
+    assert summary["bytes_allreduced_across_hosts"] == 2 * sent
 
 
 @pytest.fixture(scope="module")

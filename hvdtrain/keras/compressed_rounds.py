@@ -24,6 +24,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from hvdtrain import comm, quantize
+from hvdtrain.keras.host_shards import HostShards
 
 
 class CompressedExchange:
@@ -42,46 +43,80 @@ class CompressedExchange:
         """Drop the residual: every worker holds the same state."""
         self.residual.assign(tf.zeros_like(self.residual))
 
-    @property
-    def payload_bytes(self) -> int:
-        """Bytes one worker hands to a round with the current workers (codes and scales)."""
-        return quantize.payload_bytes(self.length, comm.size(), self.compression)
+    def payload_bytes(self, shards: HostShards | None = None) -> int:
+        """Bytes one worker hands to a round with the current workers (codes and scales);
+        with `shards`, to its shard's round among its peers, the bytes that cross hosts."""
+        if shards is None:
+            return quantize.payload_bytes(self.length, comm.size(), self.compression)
+        return quantize.payload_bytes(shards.width(self.length), shards.peers.size,
+                                      self.compression)
 
     def mean(self, values: Sequence[tf.Tensor], name: str, share: float | None = None,
-             feedback: bool = True) -> list[tf.Tensor]:
+             feedback: bool = True, shards: HostShards | None = None) -> list[tf.Tensor]:
         """The workers' mean of `values` (one tensor each, shaped like `like`). `share`:
         a sum instead, of each worker's values times its share (a hand-over from rank 0
         gives it 1, the others 0); its residual is scaled too, since its state is thrown
         away. `feedback`: keep this round's residual (False for a look at the mean that is
-        no round). Eager or traced; the number of workers and the rank are read when traced."""
-        workers = comm.size()
+        no round). `shards`: this worker sends only its shard, among its peers in the other
+        hosts, and its host's workers gather the rest (a host's workers hold the same
+        values). Eager or traced; the workers and the rank are read when traced."""
+        if shards is not None and share is not None:
+            raise ValueError("a round cut in host shards takes no share: it is a mean")
         meant = comm.flatten([tf.cast(v, tf.float32) for v in values]) + self.residual
         if share is not None:
             meant = meant * share
-        padded_length = quantize.padded_length(self.length, workers, self.compression)
-        padded = tf.pad(meant, [[0, padded_length - self.length]])
-        chunk = quantize.chunk_length(self.length, workers)
-        encode = functools.partial(quantize.encode, compression=self.compression, chunk=chunk)
-        decode = functools.partial(quantize.decode, compression=self.compression, chunk=chunk)
-        rows = encode(padded, workers)
-        shards = decode(comm.alltoall(rows, name=f"{name}_scatter"))
-        shard = tf.reduce_sum(shards, axis=0)  # in rank order, on this worker only
-        if share is None:
-            shard = shard / workers
-        summed = encode(shard, 1)
-        gathered = comm.allgather(summed, name=f"{name}_gather")
-        means = decode(gathered)  # a row per worker's shard, in rank order
-        result = tf.reshape(means, [-1])[:self.length]
-        if feedback:  # this worker's own row of `means` is what its `summed` decodes to
-            self._keep_residual(padded, decode(rows), shard, means[comm.rank()], workers)
+        if shards is None:
+            part = self._mean_among(meant, name, share, feedback, None)
+            result = part[:self.length]
+        else:
+            part = self._mean_among(shards.mine(meant), name, share, feedback, shards)
+            result = shards.whole(part, self.length, name)
         pieces = comm.unflatten(result, values)
         return [tf.cast(p, v.dtype) for p, v in zip(pieces, values)]
 
-    def _keep_residual(self, padded, sent, shard, summed, workers: int) -> None:
-        """`sent` and `summed`: what this worker's rows and its shard's sum decode to."""
-        own_cut = padded - tf.reshape(sent, [-1])
-        shard_cut = (shard - summed) * workers
-        width = shard.shape[0]
-        start = comm.rank() * width
-        owner_cut = tf.pad(shard_cut, [[start, padded.shape[0] - start - width]])
-        self.residual.assign((own_cut + owner_cut)[:self.length])
+    def _mean_among(self, meant: tf.Tensor, name: str, share, feedback: bool,
+                    shards: HostShards | None) -> tf.Tensor:
+        """The mean (or shared sum) of `meant` among all the workers, or among this
+        worker's peers for its shard; padded past `meant`'s length."""
+        group = None if shards is None else shards.peers
+        workers, me = (comm.size(), comm.rank()) if group is None else (group.size, group.index)
+        length = int(meant.shape[0])
+        padded_length = quantize.padded_length(length, workers, self.compression)
+        padded = tf.pad(meant, [[0, padded_length - length]])
+        chunk = quantize.chunk_length(length, workers)
+        encode = functools.partial(quantize.encode, compression=self.compression, chunk=chunk)
+        decode = functools.partial(quantize.decode, compression=self.compression, chunk=chunk)
+        rows = encode(padded, workers)
+        shards_got = decode(comm.alltoall(rows, name=f"{name}_scatter", group=group))
+        shard = tf.reduce_sum(shards_got, axis=0)  # in rank order, on this worker only
+        if share is None:
+            shard = shard / workers
+        summed = encode(shard, 1)
+        gathered = comm.allgather(summed, name=f"{name}_gather", group=group)
+        means = decode(gathered)  # a row per worker's shard, in rank order
+        if feedback:  # this worker's own row of `means` is what its `summed` decodes to
+            cut = _residual(padded, decode(rows), shard, means[me], workers, me)
+            self._keep_residual(cut[:length], shards)
+        return tf.reshape(means, [-1])[:length]
+
+    def _keep_residual(self, cut: tf.Tensor, shards: HostShards | None) -> None:
+        """What this round cut off, for the whole vector or for this worker's host shard
+        (the rest of the vector is its host peers' to keep)."""
+        if shards is None:
+            self.residual.assign(cut)
+            return
+        start, stop = shards.bounds(self.length)
+        stop = min(stop, self.length)
+        self.residual.assign(tf.concat(
+            [self.residual[:start], cut[:stop - start], self.residual[stop:]], axis=0))
+
+
+def _residual(padded, sent, shard, summed, workers: int, me: int) -> tf.Tensor:
+    """What a round cut off: this worker's own (`padded` less what its rows, `sent`,
+    decode to) and, at its shard's place, the shard's sum less what it decodes to
+    (`summed`), times the workers, since it re-enters the mean as one worker's of W."""
+    own_cut = padded - tf.reshape(sent, [-1])
+    shard_cut = (shard - summed) * workers
+    width = shard.shape[0]
+    start = me * width
+    return own_cut + tf.pad(shard_cut, [[start, padded.shape[0] - start - width]])

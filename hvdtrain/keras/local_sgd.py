@@ -196,7 +196,8 @@ class LocalSGD(keras.callbacks.Callback):
             FragmentedAverager, count=round_fragments)
         self._averager_for = functools.partial(
             averager, trainable=True, statistics=average_bn_stats,
-            optimizer_state=average_optimizer_state, outer=outer, compression=round_compression)
+            optimizer_state=average_optimizer_state, outer=outer, compression=round_compression,
+            across_hosts=hierarchical)
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)

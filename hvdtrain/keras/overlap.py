@@ -62,7 +62,7 @@ class OverlappedRounds:
         self._snapshot: list[tf.Tensor] | None = None
         self._future: Future | None = None
         self._round_fn = None
-        self._traced_for: tuple[int, int] | None = None
+        self._traced_for: tuple[int, int, int] | None = None
 
     @property
     def in_flight(self) -> bool:
@@ -70,7 +70,7 @@ class OverlappedRounds:
 
     def trace(self) -> None:
         """Build the round's graph now, so the first round does not stall on tracing."""
-        world = (comm.rank(), comm.size())
+        world = (comm.rank(), comm.size(), comm.world_id())
         if self._traced_for != world and comm.size() > 1 and self.averager.variables:
             # The workers' number shapes the reports; an elastic job that resized retraces.
             self._traced_for = world

@@ -11,6 +11,7 @@ from hvdtrain import comm
 from hvdtrain.averaging import outer_step, payload_bytes, pooled_variance, second_moment
 from hvdtrain.errors import ArgumentError
 from hvdtrain.keras.compressed_rounds import CompressedExchange
+from hvdtrain.keras.host_shards import HostShards
 
 
 def _dtype(variable) -> tf.DType:
@@ -183,11 +184,15 @@ class ModelStateAverager:
 
     def __init__(self, model: keras.Model, *, trainable: bool = True,
                  statistics: bool = True, optimizer_state: bool = False,
-                 outer: OuterOptimizer | None = None, compression: str = "none", only=None):
+                 outer: OuterOptimizer | None = None, compression: str = "none", only=None,
+                 across_hosts: bool = False):
         """`only`: average just these of the chosen variables, or column slices of them
         (a round's fragment, `hvdtrain.keras.fragmented_rounds`), with a reference and
-        residual of their own."""
+        residual of their own. `across_hosts`: a host's workers hold the same state
+        (hierarchical local SGD), so a round is cut in host shards when the hosts are of
+        one size (`hvdtrain.keras.host_shards`)."""
         self.model = model
+        self.across_hosts = across_hosts
         kept: dict[int, list] | None = None
         if only is not None:
             kept = {}
@@ -233,7 +238,7 @@ class ModelStateAverager:
                          for mean, var in batch_norm_statistics(model)
                          if id(mean) in position and id(var) in position]
         self._average_fn = self._mean_fn = None
-        self._traced_for: tuple[int, int] | None = None
+        self._traced_for: tuple[int, int, int] | None = None
 
     @property
     def variables(self) -> list[tf.Variable]:
@@ -259,11 +264,21 @@ class ModelStateAverager:
         return self.weights_reference + self.others_reference
 
     @property
+    def shards(self) -> HostShards | None:
+        """How a round is cut between a host's workers now (None: it is not)."""
+        return HostShards.current() if self.across_hosts else None
+
+    @property
     def payload_bytes(self) -> int:
         """Bytes one worker hands to allreduce per round (or, compressed, what it encodes,
-        which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`)."""
+        which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`).
+        Cut in host shards, its shard's, which is what crosses hosts: the gather of the
+        shards inside the host is not counted."""
+        shards = self.shards
         if self.compressed is not None:
-            return self.compressed.payload_bytes
+            return self.compressed.payload_bytes(shards)
+        if shards is not None:
+            return shards.shard_bytes(sum(int(v.shape.num_elements()) for v in self.variables))
         return variable_bytes(self.variables)
 
     @property
@@ -272,9 +287,10 @@ class ModelStateAverager:
         return self.payload_bytes if comm.size() > 1 else 0
 
     def _retrace_if_resized(self) -> None:
-        """The traced round and mean for the current workers. The rank and the number of
-        workers are baked into the graphs, so an elastic job that resized gets new ones."""
-        world = (comm.rank(), comm.size())
+        """The traced round and mean for the current workers. The rank, the number of
+        workers and the host groups are baked into the graphs, so an elastic job that
+        changed its workers gets new ones."""
+        world = (comm.rank(), comm.size(), comm.world_id())
         if self._traced_for != world:
             self._average_fn = tf.function(self._average)
             self._mean_fn = tf.function(
@@ -379,8 +395,11 @@ class ModelStateAverager:
         # Rank 0's variances travel as they are: there is nothing to pool.
         moments = [] if take_chief else self._moments
         sent = _encode(values, reference, moments)
+        shards = None if take_chief else self.shards  # no hierarchy takes a chief's state
         if self.compressed is not None:
-            received = self._compressed_exchange(sent, take_chief, name, feedback)
+            received = self._compressed_exchange(sent, take_chief, name, feedback, shards)
+        elif shards is not None:
+            received = shards.average(sent, name=name)
         elif take_chief:
             # Rank is read when this is traced; `retrace` runs whenever the workers change.
             share = 1.0 if comm.is_chief() else 0.0
@@ -390,13 +409,14 @@ class ModelStateAverager:
             received = comm.average(sent, name=name)
         return self.clamp_non_negative(_decode(received, reference, moments))
 
-    def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool):
+    def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool, shards):
         # Rank is read when this is traced, as for the allreduce's share in `exchange`.
         if take_chief:
             share, name = (1.0 if comm.is_chief() else 0.0), "model_state_from_chief"
         else:
             share = None
-        return self.compressed.mean(sent, name=name, share=share, feedback=feedback)
+        return self.compressed.mean(sent, name=name, share=share, feedback=feedback,
+                                    shards=shards)
 
     def _outer_update(self, means, inner_lr, apply_outer: bool) -> list:
         """The new x0, which every worker takes: the outer step from the mean, or the mean."""
