@@ -136,12 +136,25 @@ def step_parts(work: Workload, mode: str, workers: int, link: Link, n_sync: int 
     if mode not in LOCAL_MODES:
         raise ValueError(f"unknown mode {mode!r}")
     within = 0.0
+    exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link)
     if hierarchy is not None and hierarchy.workers_per_host > 1:
         compute, within = _sync_parts(work, hierarchy.workers_per_host, hierarchy.host_link)
-    exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link)
+        if workers % hierarchy.workers_per_host == 0:
+            exchange = host_sharded_round_seconds(work, workers, link, hierarchy.workers_per_host)
     if mode == "async":
         exchange = max(0.0, exchange - n_sync * (compute + within))
     return compute, within + exchange / n_sync
+
+
+def host_sharded_round_seconds(work: Workload, workers: int, link: Link, per_host: int) -> float:
+    """A hierarchical round cut in host shards (`hvdtrain.keras.host_shards`): each of a
+    host's workers averages a k-th of the state with its peers, one a host, and all k of
+    them at once through the host's link, which so carries a ring's bytes of the whole
+    state over the hosts. (The gather of the shards inside a host is left out, like the
+    host link's share of a sync step's.)"""
+    shared = replace(link, workers_per_link=link.workers_per_link * per_host)
+    return exchange_seconds(work.state_bytes / per_host, work.state_floor / per_host,
+                            workers // per_host, shared)
 
 
 def _sync_parts(work: Workload, workers: int, link: Link) -> tuple[float, float]:

@@ -356,8 +356,11 @@ def test_hierarchical_rows_send_only_rounds_across_hosts_and_gradients_inside_th
     assert [(r["label"], r["hierarchical"], r["hosts"]) for r in rows] == [
         ("local, n_sync 5", False, None), ("hierarchical local, n_sync 5", True, 2)]
     flat, hierarchical = rows
-    # LeNet's 61,706 weights (each worker keeps its momentum), every 5 steps, in both.
-    assert hierarchical["bytes_per_step"] == flat["bytes_per_step"] == 61_706 * 4 / 5
+    # LeNet's 61,706 weights (each worker keeps its momentum), every 5 steps, in both; the
+    # hierarchical round cut in 2 host shards, a worker sending one across hosts.
+    assert flat["bytes_per_step"] == 61_706 * 4 / 5
+    assert (hierarchical["host_shards"], flat["host_shards"]) == (2, 1)
+    assert hierarchical["bytes_per_step"] == 61_706 / 2 * 4 / 5
     assert (flat["bytes_within_host_per_step"], hierarchical["bytes_within_host_per_step"]) == \
         (0, 61_706 * 4)
 

@@ -244,13 +244,17 @@ def test_a_hierarchical_step_is_a_sync_step_inside_the_host_and_a_round_every_n_
     nvlink = Link(8e10, latency=0.0)
     hosts = Hierarchy(workers_per_host=4, host_link=nvlink)
     within = ring_allreduce_seconds(1e9, 4, nvlink)  # 0.15 s every step
-    round_ = ring_allreduce_seconds(2e9, 16, network)  # 3.75 s: a ring over all 16 workers
+    # A round cut in host shards: 4 rings over the 4 hosts, of a quarter of the state each,
+    # all 4 through a host's link: 3 s, where a ring over all 16 workers took 3.75 s.
+    round_ = ring_allreduce_seconds(2e9 / 4, 4, Link(8e9, latency=0.0, workers_per_link=4))
+    assert round_ == pytest.approx(3.0)
     assert step_seconds(work, "local", 16, network, n_sync=10, hierarchy=hosts) == \
         pytest.approx(1.0 + within + round_ / 10)
-    # Unlimited links inside a host cost only their floor: here none, so the flat step.
+    # Unlimited links inside a host cost only their floor: here none, so a flat step's
+    # compute, with the sharded round.
     floorless = Hierarchy(workers_per_host=4)
     assert step_seconds(work, "local", 16, network, 10, floorless) == \
-        pytest.approx(step_seconds(work, "local", 16, network, 10))
+        pytest.approx(1.0 + round_ / 10)
     # One worker a host is flat local SGD.
     assert step_seconds(work, "local", 16, network, 10, Hierarchy(1, nvlink)) == \
         pytest.approx(step_seconds(work, "local", 16, network, 10))
@@ -259,12 +263,12 @@ def test_a_hierarchical_step_is_a_sync_step_inside_the_host_and_a_round_every_n_
 def test_hierarchical_async_hides_its_round_behind_the_periods_whole_steps():
     work = Workload(compute_seconds=1.0, gradient_bytes=1e9, state_bytes=1e9, batch_per_worker=32)
     hosts = Hierarchy(workers_per_host=2, host_link=Link(1.6e10, latency=0.0))  # 0.5 s a step
-    slower = Link(4e8, latency=0.0)  # a round over 4 workers: 30 s
-    # The 10 steps of a period last 15 s with their inner exchanges; 15 s of the round show.
+    slower = Link(4e8, latency=0.0)  # a round between the 2 hosts, in 2 host shards: 20 s
+    # The 10 steps of a period last 15 s with their inner exchanges; 5 s of the round show.
     assert step_seconds(work, "async", 4, slower, n_sync=10, hierarchy=hosts) == \
-        pytest.approx(1.5 + 15 / 10)
+        pytest.approx(1.5 + 5 / 10)
     assert step_seconds(work, "local", 4, slower, n_sync=10, hierarchy=hosts) == \
-        pytest.approx(1.5 + 30 / 10)
+        pytest.approx(1.5 + 20 / 10)
 
 
 def _hierarchical_bench(tmp_path, compute=0.4):
@@ -293,11 +297,15 @@ def test_predict_takes_hierarchical_rows_on_hosts_of_the_checked_benches_size(tm
     # Two hosts of two at least: 2 workers is one host, not a hierarchy.
     assert [(r["mode"], r["n_sync"], r["workers"]) for r in hierarchical] == \
         [("local", 20, 4), ("local", 20, 8)]
-    link = Link(1e9, latency=0.0)
-    round_ = ring_allreduce_seconds(4e6, 8, link)  # the unlimited host link costs nothing
+    # The unlimited host link costs nothing; the round is cut in 2 host shards, each a
+    # ring over the hosts, both through a host's link.
+    link = Link(1e9, latency=0.0, workers_per_link=2)
+    round_ = ring_allreduce_seconds(4e6 / 2, 4, link)
     assert hierarchical[1]["images_per_sec"] == pytest.approx(8 * 32 / (0.4 + round_ / 20))
+    assert hierarchical[1]["bytes_per_round"] == 4e6 / 2
     check = next(c for c in report["checks"] if c["label"].startswith("hierarchical"))
-    predicted = 4 * 32 / (0.4 + ring_allreduce_seconds(4e6, 4, Link(1e8, 0.0)) / 20)
+    shards = ring_allreduce_seconds(4e6 / 2, 2, Link(1e8, 0.0, workers_per_link=2))
+    predicted = 4 * 32 / (0.4 + shards / 20)
     assert check["predicted"] == pytest.approx(predicted)
     assert check["error"] == pytest.approx(predicted / (4 * 32 / 0.5) - 1)
     assert "| 1gbit | hierarchical local n_sync 20 | 8 |" in capsys.readouterr().out

@@ -42,7 +42,8 @@ from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import LOCAL_MODES, parse_int_list
 from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload, exchange_seconds,
-                                floor_of_whole_payload, predict, sync_extra_seconds)
+                                floor_of_whole_payload, host_sharded_round_seconds, predict,
+                                sync_extra_seconds)
 from hvdtrain.errors import ConfigError
 from hvdtrain.links import parse_rate
 
@@ -180,14 +181,16 @@ def _whole_state(rows: list[dict], mode: str | None, form: RoundForm, gradient: 
 
 
 def _state(row: dict) -> float:
-    """Bytes of one of the row's rounds (a fragmented row's: on average over its turns)."""
-    return row["bytes_per_step"] * row["n_sync"]
+    """Bytes of one of the row's rounds of the whole state (a fragmented row's: on average
+    over its turns); a row whose rounds were cut in host shards counts one shard's."""
+    return row["bytes_per_step"] * row["n_sync"] * row.get("host_shards", 1)
 
 
 def largest_burst(bench: dict, mode: str, form: RoundForm, work: Workload) -> float:
-    """Bytes of the largest round `mode` sends in `form`: the bench row's, or, without one,
-    the mean round's."""
-    return next((r["largest_burst_bytes"] for r in _round_rows(bench["rows"], mode, form)
+    """Bytes of the largest round `mode` sends in `form`, of the whole state: the bench
+    row's, or, without one, the mean round's."""
+    return next((r["largest_burst_bytes"] * r.get("host_shards", 1)
+                 for r in _round_rows(bench["rows"], mode, form)
                  if r.get("largest_burst_bytes")), work.state_bytes)
 
 
@@ -253,23 +256,32 @@ def predictions(bench: dict, work_for: Callable[[str, RoundForm], Workload],
                 if hierarchical and (count % size or count < 2 * size):
                     continue
                 work = work_for(mode, form)
-                p = predict(work, mode, count, link, n_sync, hierarchy if hierarchical else None)
+                hosts = hierarchy if hierarchical else None
+                p = predict(work, mode, count, link, n_sync, hosts)
                 rows.append({"model": bench["rows"][0]["model"], "mode": mode, "n_sync": n_sync,
                              "hierarchical": hierarchical, **form.columns(),
                              "workers": count, "link_rate": rate, **vars(p),
-                             **_burst(bench, mode, form, work, count, link)})
+                             **_burst(bench, mode, form, work, count, link, hosts)})
     return rows
 
 
 def _burst(bench: dict, mode: str, form: RoundForm, work: Workload, workers: int,
-           link: Link) -> dict:
-    """A round's bytes (on average over a fragmented round's turns), its largest, and how
-    long the largest takes on `link` against a step's compute: local and async rows."""
+           link: Link, hierarchy: Hierarchy | None = None) -> dict:
+    """A round's bytes a worker sends (on average over a fragmented round's turns), its
+    largest, and how long the largest takes on `link` against a step's compute: local and
+    async rows. A hierarchical round is cut in host shards: a worker sends a k-th."""
     if mode not in LOCAL_MODES:
         return {}
     largest = largest_burst(bench, mode, form, work)
-    seconds = exchange_seconds(largest, work.state_floor, workers, link)
-    return {"bytes_per_round": work.state_bytes, "largest_burst_bytes": largest,
+    if hierarchy is None:
+        seconds = exchange_seconds(largest, work.state_floor, workers, link)
+        shards = 1
+    else:
+        shards = hierarchy.workers_per_host
+        seconds = host_sharded_round_seconds(replace(work, state_bytes=largest), workers,
+                                             link, shards)
+    return {"bytes_per_round": work.state_bytes / shards,
+            "largest_burst_bytes": largest / shards,
             "burst_over_compute": seconds / work.compute_seconds}
 
 

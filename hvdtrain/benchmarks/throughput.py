@@ -175,6 +175,8 @@ def measure(setup: Setup, pin_cores: bool = False) -> dict:
         "largest_burst_bytes": largest,
         "bytes_within_host_per_step": _within_host_bytes(setup, summary, gradient_bytes),
         "hosts": summary.get("hosts"),  # a hierarchical run's host groups
+        # Its rounds cut in this many host shards: `bytes_per_round` is then one shard's.
+        "host_shards": averager.host_shards if averager is not None else 1,
         "gradient_group_bytes": groups,
         # The workers' mean share of the timed steps spent in rounds: what they waited.
         "round_share": sum(row[0] for row in all_workers([timer.round_share])) / workers,

@@ -91,6 +91,11 @@ class FragmentedAverager:
         return []
 
     @property
+    def host_shards(self) -> int:
+        """In how many shards each fragment's round is cut between a host's workers."""
+        return self.parts[0].host_shards
+
+    @property
     def payload_bytes(self) -> int:
         """Bytes one worker hands to a round of every fragment."""
         return sum(part.payload_bytes for part in self.parts)

@@ -269,6 +269,12 @@ class ModelStateAverager:
         return HostShards.current() if self.across_hosts else None
 
     @property
+    def host_shards(self) -> int:
+        """In how many shards a round is cut, one per worker of a host (1: uncut)."""
+        shards = self.shards
+        return 1 if shards is None else shards.host.size
+
+    @property
     def payload_bytes(self) -> int:
         """Bytes one worker hands to allreduce per round (or, compressed, what it encodes,
         which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`).

@@ -39,8 +39,12 @@ def topology(cfg: TrainConfig, model: keras.Model, progress: TrainingProgress) -
         return {}
     group = comm.host_group()
     within = allreduced_bytes(model, progress, cfg.fp16_allreduce) - progress.state_bytes
+    # Rounds are cut in host shards when the hosts are of one size (hvdtrain.keras.host_shards):
+    # a worker's rounds then carry its shard across hosts, and the gather of the others'
+    # inside its host is not counted.
+    shards = group.size if comm.peer_group() is not None else 1
     return {"hierarchical": True, "hosts": group.hosts, "workers_per_host": group.size,
-            "bytes_allreduced_within_host": within,
+            "host_shards": shards, "bytes_allreduced_within_host": within,
             "bytes_allreduced_across_hosts": progress.state_bytes}
 
 
