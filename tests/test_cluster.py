@@ -394,19 +394,22 @@ def test_a_sync_jobs_gradients_really_cross_every_hosts_nic(tmp_path):
 @pytest.mark.cluster
 def test_a_hierarchical_jobs_gradients_stay_on_the_host_and_only_its_rounds_cross_the_nics(tmp_path):
     """2 hosts x 2 slots, --hierarchical-sgd: a host's two workers average gradients every
-    step over loopback (the same host), and only the rounds among all four cross eth0.
+    step over loopback (the same host), and only the rounds cross eth0.
 
-    In Gloo's ring over ranks 0-1 (h1), 2-3 (h2) one rank of each host sends to the other
-    host, 2(N-1)/N of what it allreduced, N = 4 workers: so each eth0 carries 1.5 times
-    the summary's bytes_allreduced_across_hosts, here 8.9 MB (24 rounds of LeNet's
-    weights; each worker keeps its momentum; 17.8 MB when it was averaged by default).
-    Measured on top of that: 2.9 to 3.9 MB a host with a single
-    round in the same 120 steps (ssh, rendezvous, the first broadcast, and Horovod's
-    coordination among all four workers, which with process sets sends more than the
-    flat sync test's), and 4.8 to 5.7 MB with 24 rounds, with 1 ms cycles; 4.0 MB with
-    the 10 ms cycles this test runs with (QUIET_COORDINATION). Tolerance: from 1 to
-    1.15 times the rounds' share, plus 5 MB. Had the gradients crossed too, eth0 would
-    have carried 44 MB more (1.5 times 120 steps of gradients), far outside it.
+    A round is cut in host shards (hvdtrain.keras.host_shards): each worker averages half
+    of the state with its peer on the other host, in a ring of N = 2 hosts that sends
+    2(N-1)/N of what it allreduced across, and both of a host's workers do so through its
+    eth0: each eth0 carries 2 x 2(N-1)/N = 2 times the summary's
+    bytes_allreduced_across_hosts (a worker's shard of each round), here 5.9 MB (24 float32
+    rounds of half of LeNet's weights; each worker keeps its momentum). Before rounds were
+    cut, in a ring over all four workers, it carried 8.9 MB. Measured on top of that: 2.9 to
+    3.9 MB a host with a single round in the same 120 steps (ssh, rendezvous, the first
+    broadcast, and Horovod's coordination among all four workers, which with process sets
+    sends more than the flat sync test's), and 4.8 to 5.7 MB with 24 rounds, with 1 ms
+    cycles; 4.0 MB with the 10 ms cycles this test runs with (QUIET_COORDINATION).
+    Tolerance: from 1 to 1.15 times the rounds' share, plus 5 MB. Had the gradients
+    crossed too, eth0 would have carried 44 MB more (1.5 times 120 steps of gradients),
+    far outside it.
     """
     hosts, slots, steps = 2, 2, 120
     workers = hosts * slots
@@ -414,7 +417,8 @@ def test_a_hierarchical_jobs_gradients_stay_on_the_host_and_only_its_rounds_cros
     counters = tmp_path / "nic.json"
     train = ["hvdtrain", "train", "--model", "lenet", "--data-dir", data_dir, "--epochs", "1",
              "--batch-size", "16", "--steps-per-epoch", str(steps), "--no-validate",
-             "--mode", "local", "--hierarchical-sgd", "--n-sync", "5", "--out", str(tmp_path / "run")]
+             "--mode", "local", "--hierarchical-sgd", "--n-sync", "5", "--round-compression", "none",
+             "--out", str(tmp_path / "run")]
     # Unshaped, as above: no retransmitted bytes. Each host's two workers share its eth0.
     result = run_cluster(["--hosts", str(hosts), "--nic-counters", str(counters), "--",
                           *horovodrun_over_ssh(workers, hostfile(tmp_path, hosts, slots),
@@ -422,8 +426,9 @@ def test_a_hierarchical_jobs_gradients_stay_on_the_host_and_only_its_rounds_cros
     assert result.returncode == 0, result.stderr[-5000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (summary["hosts"], summary["workers_per_host"], summary["total_steps"]) == (2, 2, steps)
+    assert summary["host_shards"] == slots
     assert summary["bytes_allreduced_within_host"] > 2 * summary["bytes_allreduced_across_hosts"]
-    crossing = 2 * (workers - 1) / workers * summary["bytes_allreduced_across_hosts"]
+    crossing = slots * 2 * (hosts - 1) / hosts * summary["bytes_allreduced_across_hosts"]
     during = json.loads(counters.read_text())["during"]
     for name, sent in during.items():
         for direction in ("tx_bytes", "rx_bytes"):
