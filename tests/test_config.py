@@ -38,7 +38,7 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"momentum": 1.0}, "--momentum must be in [0, 1), got 1.0"),
     ({"warmup_epochs": -1.0}, "--warmup-epochs must be zero or positive, got -1.0"),
     ({"mode": "asynchronous"}, "--mode must be one of sync, local, async, got 'asynchronous'"),
-    ({"optimizer": "rmsprop"}, "--optimizer must be one of sgd, adam, lars, lamb, got 'rmsprop'"),
+    ({"optimizer": "rmsprop"}, "--optimizer must be one of auto, sgd, adam, lars, lamb, got 'rmsprop'"),
     ({"synthetic_shape": "32x32"}, "--synthetic-shape must look like 32x32x3, got '32x32'"),
     ({"outer_momentum": 0.5}, "--outer-momentum needs --mode local"),
     ({"warm_start_steps": 10}, "--warm-start-steps needs --mode local"),
@@ -53,7 +53,7 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"max_lr": -0.1}, "--max-lr must be zero or positive, got -0.1"),
     ({"optimizer": "lars", "lars_eta": 0.0}, "--lars-eta must be positive, got 0.0"),
     ({"lars_eta": 0.01}, "--lars-eta needs --optimizer lars, got --lars-eta 0.01 with "
-                         "--optimizer sgd"),
+                         "--optimizer auto"),
     ({"validate": "yes"}, "--validate must be true or false, got 'yes'"),
     ({"base_lr": "fast"}, "--base-lr must be a number, got 'fast'"),
     ({"model_parallel": 4}, "--model-parallel must be 1 or 2, got 4"),

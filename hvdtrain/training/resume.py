@@ -15,6 +15,7 @@ from hvdtrain import comm
 from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, ignored_in, load_config,
                              option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.optimizer_choice import AUTO
 from hvdtrain.periods import LOCAL_MODES, job_size, resolve_period
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
@@ -26,6 +27,8 @@ class ResumePlan:
     notes: list[str] = field(default_factory=list)
     # The run's checkpoints newer than the one resumed: a branch the resumed run abandons.
     newer: list[str] = field(default_factory=list)
+    # The optimizer the resumed run took (`--optimizer auto` keeps it), when it is this run.
+    optimizer: str | None = None
 
 
 def on_chief(compute: Callable[[], Any], name: str) -> Any:
@@ -61,12 +64,13 @@ def plan_resume(cfg: TrainConfig, job: Job) -> ResumePlan:
     _check_unfinished(cfg)
     if cfg.resume == "never":
         raise ConfigError(problem)
-    _check_same_run(cfg, _saved_config(cfg), job)
+    saved_config = _saved_config(cfg)
+    _check_same_run(cfg, saved_config, job)
     path, saved, problems = store.newest_sound()
     notes = [f"skipping damaged checkpoint {p}" for p in problems]
     if path is None and problems:
         raise ConfigError(f"no sound checkpoint to resume in {store.folder}: {problems[0]}")
-    return ResumePlan(path, saved, notes)
+    return ResumePlan(path, saved, notes, optimizer=saved_config.optimizer)
 
 
 def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) -> ResumePlan:
@@ -78,9 +82,13 @@ def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) ->
         raise ConfigError(f"--resume {problem}")
     if store.holds(path):
         _check_unfinished(cfg)
+        optimizer = None
         if os.path.exists(os.path.join(cfg.out, run_folder.CONFIG)):
-            _check_same_run(cfg, _saved_config(cfg), job)
-        return ResumePlan(path, saved, newer=store.newer_than(saved.progress.steps))
+            saved_config = _saved_config(cfg)
+            _check_same_run(cfg, saved_config, job)
+            optimizer = saved_config.optimizer
+        return ResumePlan(path, saved, newer=store.newer_than(saved.progress.steps),
+                          optimizer=optimizer)
     problem = run_folder.existing_run_problem(cfg.out)
     if problem and os.path.isdir(cfg.out):  # another run's folder: its files are not ours
         raise ConfigError(f"{problem} to start from {path}, which is not one of its "
@@ -104,6 +112,8 @@ def _saved_config(cfg: TrainConfig) -> TrainConfig:
 
 
 def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> None:
+    if cfg.optimizer == AUTO:  # it keeps the optimizer the run took, and that one's cap
+        cfg = dataclasses.replace(cfg, optimizer=saved.optimizer).resolved()
     ignored = set(RESUMABLE_CHANGES)
     if cfg.mode == saved.mode:  # e.g. a sync run saved under an older default period
         ignored.update(ignored_in(cfg.mode))

@@ -23,6 +23,7 @@ from hvdtrain.config import TrainConfig, parse_shape
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.errors import ConfigError, PeerLostError
 from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
+from hvdtrain.optimizer_choice import AUTO, settled, took_lamb_notice
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
 from hvdtrain.save_plan import SavePlan
@@ -73,7 +74,10 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
     cfg = cfg.resolved()
     started = start_worker(cfg)  # `hvdtrain train` started it already, before TensorFlow
+    if cfg.elastic:  # a worker that joins later must take what the others took, on its own
+        cfg = _settle_optimizer(cfg, None)
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())
+    cfg = _settle_optimizer(cfg, plan.optimizer)
     data = _training_data(cfg)
     # Checkpoints, logs and the final weights are written as training goes: a full disk
     # or a folder removed meanwhile is named in one line too.
@@ -134,6 +138,16 @@ def _run_folder_and_plan(cfg: TrainConfig,
         (cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), start), name="run_dir")
     cfg = replace(cfg, out=run_dir)
     return cfg, on_chief(lambda: plan_resume(cfg, _job()), name="resume_plan"), start
+
+
+def _settle_optimizer(cfg: TrainConfig, resumed: str | None) -> TrainConfig:
+    """`cfg` with `--optimizer auto` made concrete (`hvdtrain.optimizer_choice`); rank 0
+    says so when a new run takes LAMB."""
+    chosen = settled(cfg, comm.size(), resumed)
+    if cfg.optimizer == AUTO and chosen.optimizer == "lamb" and resumed is None \
+            and comm.is_chief():
+        print(took_lamb_notice(chosen.batch_size * comm.size()), flush=True)
+    return chosen
 
 
 def _job() -> Job:

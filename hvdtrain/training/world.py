@@ -12,6 +12,7 @@ from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig, rounds_compression
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
+from hvdtrain.optimizer_choice import settled
 from hvdtrain.periods import job_size, resolve_period
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.quantize import VALUE_BYTES
@@ -28,8 +29,9 @@ class World:
 
 def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
     """The world of the workers running now, continuing the schedule from `progress`."""
-    cfg = cfg.resolved()  # the cap's default follows the optimizer
     workers = comm.size()
+    # The cap's default follows the optimizer, which a run settled already (`auto`'s too).
+    cfg = settled(cfg.resolved(), workers)
     epoch_examples = progress.epoch_examples
     host_workers = comm.host_group().size if cfg.hierarchical_sgd else 0
     schedule = schedule_in_examples(

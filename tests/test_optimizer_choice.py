@@ -1,0 +1,71 @@
+"""`--optimizer auto`, the default: LAMB for sync from a global batch of 1,024, else SGD,
+fixed when a run first starts and kept when it resumes (hvdtrain.optimizer_choice)."""
+
+import pytest
+
+from fake_comm import FakeComm
+from hvdtrain.config import TrainConfig, load_config
+from hvdtrain.errors import ConfigError
+from hvdtrain.optimizer_choice import LAMB_FROM_GLOBAL_BATCH, auto_optimizer, settled
+from hvdtrain.training.resume import Job, _check_same_run
+
+
+@pytest.mark.parametrize("mode, global_batch, elastic, nesterov, chosen", [
+    ("sync", 1024, False, False, "lamb"),
+    ("sync", 2048, False, False, "lamb"),
+    ("sync", 512, False, False, "sgd"),        # level with LAMB there: SGD's recipe stays
+    ("local", 2048, False, False, "sgd"),      # a local step is one worker's batch
+    ("async", 2048, False, False, "sgd"),
+    ("sync", 2048, True, False, "sgd"),        # elastic: the global batch moves
+    ("sync", 2048, False, True, "sgd"),        # --nesterov is SGD's
+])
+def test_auto_takes_lamb_for_sync_from_a_global_batch_of_1024_and_sgd_otherwise(
+        mode, global_batch, elastic, nesterov, chosen):
+    assert LAMB_FROM_GLOBAL_BATCH == 1024
+    assert auto_optimizer(mode, global_batch, elastic, nesterov) == chosen
+
+
+def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
+    cfg = load_config(None, {}).resolved()
+    assert cfg.optimizer == "auto" and cfg.max_lr is None  # the cap waits for the choice
+    assert (settled(cfg, 16).optimizer, settled(cfg, 16).max_lr) == ("lamb", 0.03)  # 16 x 64
+    assert (settled(cfg, 8).optimizer, settled(cfg, 8).max_lr) == ("sgd", 0.1)
+    capped = load_config(None, {"max_lr": 0.05}).resolved()
+    assert settled(capped, 16).max_lr == 0.05  # a cap given is kept
+    # A resumed run keeps what it took, whatever its workers now.
+    assert settled(cfg, 8, resumed="lamb").optimizer == "lamb"
+    assert settled(cfg, 16, resumed="sgd").optimizer == "sgd"
+    given = load_config(None, {"optimizer": "sgd"}).resolved()
+    assert settled(given, 16) == given
+
+
+def test_rank_0_says_in_one_line_when_a_new_run_takes_lamb(capsys):
+    from hvdtrain.training.runner import _settle_optimizer
+
+    cfg = load_config(None, {}).resolved()
+    for rank in (0, 1):
+        with FakeComm(16, rank):
+            assert _settle_optimizer(cfg, None).optimizer == "lamb"
+            assert _settle_optimizer(cfg, "sgd").optimizer == "sgd"  # resumed: no line
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["hvdtrain: --optimizer auto took lamb: sync at a global batch of 1024 "
+                     "(from 1024, SGD's defaults ended 3 to 4 points lower); give "
+                     "--optimizer sgd to keep SGD"]
+
+
+def test_auto_resumes_a_run_on_either_optimizer_and_a_given_one_must_match():
+    job = Job(workers=8, hosts=1)
+    auto = load_config(None, {}).resolved()
+    for saved_optimizer in ("lamb", "sgd"):
+        saved = settled(auto, 16, resumed=saved_optimizer)
+        _check_same_run(auto, saved, job)  # no error: auto keeps the saved one
+    saved = settled(auto, 16)
+    with pytest.raises(ConfigError, match="--optimizer is 'sgd' but the run was started "
+                                          "with 'lamb'"):
+        _check_same_run(load_config(None, {"optimizer": "sgd"}).resolved(), saved, job)
+
+
+def test_the_default_is_auto_and_help_says_what_it_takes():
+    field = TrainConfig.__dataclass_fields__["optimizer"]
+    assert field.default == "auto"
+    assert "lamb in sync mode from a global batch of 1024" in field.metadata["help"]
