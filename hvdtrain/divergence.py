@@ -128,13 +128,15 @@ def agree(mean: Mapping[str, float]) -> tuple[float, LossHistory] | None:
 
 
 def divergence_message(reason: str, step: int, peak_lr: float | None,
-                       global_batch: int) -> str:
+                       global_batch: int, lamb: bool = False) -> str:
     """The one line a diverged run ends with: where, at what rate, and what to try. The
     cap it suggests is a quarter of the peak: LeNet's 0.4 at a global batch of 1024
     diverged, half of it too, a quarter trained. LAMB at 0.03 trained there at every seed,
-    above SGD; LARS trained below it at every peak tried (BENCHMARKS.md, "LARS and LAMB")."""
+    above SGD; LARS trained below it at every peak tried (BENCHMARKS.md, "LARS and LAMB").
+    `lamb`: the run's optimizer is LAMB already, so it is not suggested."""
     peak = f"peak learning rate {peak_lr:.4g}" if peak_lr is not None else "its learning rate"
     cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
+    other = "" if lamb else ", --optimizer lamb (its peak is capped at 0.03)"
     return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
-            f"{global_batch}); try --lr-scaling sqrt, {cap}, --optimizer lamb (its peak is capped "
-            f"at 0.03), or a lower --base-lr (--no-divergence-guard lets it go on)")
+            f"{global_batch}); try --lr-scaling sqrt, {cap}{other}, or a lower --base-lr "
+            f"(--no-divergence-guard lets it go on)")

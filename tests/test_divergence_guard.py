@@ -83,6 +83,9 @@ def test_the_message_names_the_step_the_peak_the_batch_and_what_to_try():
                   "--optimizer lamb (its peak is capped at 0.03)", "--base-lr",
                   "--no-divergence-guard"):
         assert words in line, words
+    # A run on LAMB already (--optimizer auto takes it at this batch) is not sent to it.
+    lamb = divergence_message("the loss is nan", 40, 0.03, 1024, lamb=True)
+    assert "--optimizer lamb" not in lamb and "--max-lr 0.0075, or a lower --base-lr" in lamb
 
 
 # --- the callback, fed the running means Keras logs after each batch ---

@@ -18,6 +18,7 @@ from hvdtrain.divergence import (STALL_EPOCHS, STALL_STEPS, WINDOW, LossHistory,
                                  divergence_message, reason_to_stop, shares)
 from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.schedule import peak_learning_rate
+from hvdtrain.keras.state import base_optimizer
 from hvdtrain.progress import TrainingProgress
 
 
@@ -96,4 +97,5 @@ class DivergenceGuard(keras.callbacks.Callback):
         if reason is not None:
             raise TrainingDiverged(divergence_message(
                 reason, self.progress.steps, peak_learning_rate(self.model.optimizer),
-                self.batch_size * comm.size()))
+                self.batch_size * comm.size(),
+                lamb=isinstance(base_optimizer(self.model.optimizer), keras.optimizers.Lamb)))
