@@ -13,6 +13,7 @@ import yaml
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data, write_learnable_idx_dataset
 from hvdtrain import quantize
+from hvdtrain.config import load_config
 from hvdtrain.averaging import expected_bytes_allreduced, sync_points
 from hvdtrain.stats import per_batch_values
 
@@ -398,6 +399,19 @@ def test_cli_two_workers_learn_fashion_mnist_subset(tmp_path):
     assert summary["test_accuracy"] > 0.6  # chance is 0.1
     # Each of the two workers on this machine kept to its own half of the cores.
     assert summary["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
+
+
+def test_the_default_optimizer_takes_lamb_at_a_global_batch_of_1024_and_the_run_records_it(
+        tmp_path):
+    data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=2048, test=64)
+    out = tmp_path / "run"
+    result = horovodrun("hvdtrain", "train", "--data-dir", data_dir, "--batch-size", "512",
+                        "--epochs", "1", "--steps-per-epoch", "2", "--no-validate",
+                        "--out", str(out), timeout=300)
+    notices = [line for line in result.stdout.splitlines() if "--optimizer auto" in line]
+    assert len(notices) == 1 and "took lamb" in notices[0]  # rank 0 alone says it
+    saved = load_config(str(out / "config.yaml"))
+    assert (saved.optimizer, saved.max_lr) == ("lamb", 0.03)
 
 
 # --- ImageNet-scale models on ImageNet-format data (small images) ---
