@@ -164,7 +164,7 @@ def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
 @pytest.mark.parametrize("saved, overrides, workers, hosts", [
     ("16/workers", {}, 8, 1),                           # 2 steps under either
     ("40/workers:2", {}, 32, 1),                        # 2 under either
-    ("40/hosts", {"hierarchical_sgd": True}, 16, 8),    # 5 steps a host under either
+    ("40/hosts", {"hierarchical_sgd": True}, 80, 20),   # 2 steps under either
     ("16/workers", {"n_sync": "2"}, 8, 1),              # the default, given
 ])
 def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_agree(
@@ -172,7 +172,7 @@ def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_
     from hvdtrain.training.resume import Job, plan_resume
 
     # Local mode's default was 40/workers, then 40/workers:5, now 2 (hierarchical: 40/hosts,
-    # then 40/hosts:5).
+    # then 40/hosts:5, now 2).
     (tmp_path / "config.yaml").write_text(
         yaml.safe_dump(dict(overrides, mode="local", n_sync=saved)))
     cfg = load_config(None, dict(overrides, mode="local", out=str(tmp_path))).resolved()
@@ -182,7 +182,7 @@ def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_
 @pytest.mark.parametrize("saved, overrides, workers, hosts, steps", [
     ("40/workers:5", {}, 8, 1, "2 and 5 steps at 8 workers"),
     ("40/workers", {}, 16, 1, "2 and 3 steps at 16 workers"),
-    ("40/hosts", {"hierarchical_sgd": True}, 32, 16, "5 and 3 steps at 32 workers on 16 hosts"),
+    ("40/hosts", {"hierarchical_sgd": True}, 32, 16, "2 and 3 steps at 32 workers on 16 hosts"),
     (6, {}, 8, 1, "2 and 6 steps at 8 workers"),
 ])
 def test_a_local_run_saved_under_another_period_is_refused_in_one_line_where_the_steps_differ(

@@ -181,11 +181,12 @@ def test_a_period_in_hosts_divides_by_the_hosts():
     assert resolve_period("40/workers", workers=8, hosts=4) == 5
 
 
-@pytest.mark.parametrize("mode, n_sync", [("local", "40/hosts:5"), ("async", "10/hosts")])
-def test_the_default_period_counts_hosts_when_hierarchical_and_the_help_says_which(mode, n_sync):
+@pytest.mark.parametrize("mode, n_sync, said", [("local", 2, "2 steps in local mode"),
+                                                ("async", "10/hosts", "10/hosts in async")])
+def test_the_default_period_when_hierarchical_and_the_help_says_which(mode, n_sync, said):
     assert load_config(None, {"mode": mode, "hierarchical_sgd": True}).resolved().n_sync == n_sync
     option = next(f for f in fields(TrainConfig) if f.name == "hierarchical_sgd")
-    assert f"{n_sync} in {mode}" in option.metadata["help"]
+    assert said in option.metadata["help"]
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -204,7 +205,8 @@ def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, messa
 @pytest.mark.parametrize("n_sync, workers, hosts, warns", [
     ("40/hosts", 40, 20, True),   # 2 steps: a round of weights and momentum every 2 steps
     ("40/hosts", 40, 4, False),   # 10 steps
-    (None, 40, 20, False),        # the default, 40/hosts:5: never below 5 steps
+    (None, 40, 20, True),         # the default period, 2 steps, of such rounds
+    (4, 40, 20, False),           # 4 steps: half of sync's
     (1, 8, 2, True),              # the weights and momentum between the hosts every step
     (1, 8, 1, False),             # one host: no round crosses hosts
 ])  # with --average-optimizer-state: a round of the weights alone costs half

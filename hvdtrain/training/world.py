@@ -48,8 +48,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | N
     every step, so a float32 period no longer than 1 + slots saves nothing (int8 rounds
     cost a quarter of that). Local mode's default, int8 every 2 steps, moves an eighth;
     async mode's (10/workers) reaches 1 step at 10 workers. Hierarchical local SGD's
-    replicas are the hosts: its rounds cross hosts, as sync's gradients would, and its
-    default period counts hosts (40/hosts:5)."""
+    replicas are the hosts: its rounds cross hosts, as sync's gradients would."""
     replicas = hosts if cfg.hierarchical_sgd else workers
     if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or replicas < 2:
         return None
