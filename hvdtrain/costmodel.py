@@ -136,14 +136,22 @@ def step_parts(work: Workload, mode: str, workers: int, link: Link, n_sync: int 
     if mode not in LOCAL_MODES:
         raise ValueError(f"unknown mode {mode!r}")
     within = 0.0
-    exchange = exchange_seconds(work.state_bytes, work.state_floor, workers, link)
     if hierarchy is not None and hierarchy.workers_per_host > 1:
         compute, within = _sync_parts(work, hierarchy.workers_per_host, hierarchy.host_link)
-        if workers % hierarchy.workers_per_host == 0:
-            exchange = host_sharded_round_seconds(work, workers, link, hierarchy.workers_per_host)
+    exchange = round_seconds(work, workers, link, hierarchy)
     if mode == "async":
         exchange = max(0.0, exchange - n_sync * (compute + within))
     return compute, within + exchange / n_sync
+
+
+def round_seconds(work: Workload, workers: int, link: Link,
+                  hierarchy: Hierarchy | None = None) -> float:
+    """A round of `work`'s state among `workers`: a ring over them all, or, on hosts of
+    one size several workers each, cut in host shards."""
+    per_host = 1 if hierarchy is None else hierarchy.workers_per_host
+    if per_host > 1 and workers % per_host == 0:
+        return host_sharded_round_seconds(work, workers, link, per_host)
+    return exchange_seconds(work.state_bytes, work.state_floor, workers, link)
 
 
 def host_sharded_round_seconds(work: Workload, workers: int, link: Link, per_host: int) -> float:

@@ -41,8 +41,8 @@ from hvdtrain.benchmarks import predicted_speedup
 from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import LOCAL_MODES, parse_int_list
-from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload, exchange_seconds,
-                                floor_of_whole_payload, host_sharded_round_seconds, predict,
+from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload,
+                                floor_of_whole_payload, predict, round_seconds,
                                 sync_extra_seconds)
 from hvdtrain.errors import ConfigError
 from hvdtrain.links import parse_rate
@@ -273,13 +273,8 @@ def _burst(bench: dict, mode: str, form: RoundForm, work: Workload, workers: int
     if mode not in LOCAL_MODES:
         return {}
     largest = largest_burst(bench, mode, form, work)
-    if hierarchy is None:
-        seconds = exchange_seconds(largest, work.state_floor, workers, link)
-        shards = 1
-    else:
-        shards = hierarchy.workers_per_host
-        seconds = host_sharded_round_seconds(replace(work, state_bytes=largest), workers,
-                                             link, shards)
+    seconds = round_seconds(replace(work, state_bytes=largest), workers, link, hierarchy)
+    shards = 1 if hierarchy is None else hierarchy.workers_per_host
     return {"bytes_per_round": work.state_bytes / shards,
             "largest_burst_bytes": largest / shards,
             "burst_over_compute": seconds / work.compute_seconds}
