@@ -66,8 +66,7 @@ class CompressedExchange:
         if share is not None:
             meant = meant * share
         if shards is None:
-            part = self._mean_among(meant, name, share, feedback, None)
-            result = part[:self.length]
+            result = self._mean_among(meant, name, share, feedback, None)
         else:
             part = self._mean_among(shards.mine(meant), name, share, feedback, shards)
             result = shards.whole(part, self.length, name)
