@@ -126,8 +126,9 @@ class TrainConfig:
     # Optimisation.
     optimizer: str = _opt(
         "auto", "inner optimizer. auto: lamb in sync mode from a global batch of 1024 "
-                "(where SGD's defaults ended 3 to 11 points lower, LeNet, 3 seeds), else sgd "
-                "(and with --elastic or --nesterov); a resumed run keeps the one it took. "
+                "(where SGD's defaults ended 3 to 11 points lower, LeNet, 3 seeds) and in "
+                "local mode (about 2 points), else sgd (and with --hierarchical-sgd, "
+                "--elastic or --nesterov); a resumed run keeps the one it took. "
                 "sgd: with --momentum. lars: SGD with --momentum whose step for each layer is scaled "
                "by a trust ratio, --lars-eta x |weights| / (|gradient| + --weight-decay x "
                "|weights|) (You et al. 2017; biases and BatchNorm excluded), so a layer moves "

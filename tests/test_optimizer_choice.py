@@ -10,19 +10,21 @@ from hvdtrain.optimizer_choice import LAMB_FROM_GLOBAL_BATCH, auto_optimizer, se
 from hvdtrain.training.resume import Job, _check_same_run
 
 
-@pytest.mark.parametrize("mode, global_batch, elastic, nesterov, chosen", [
-    ("sync", 1024, False, False, "lamb"),
-    ("sync", 2048, False, False, "lamb"),
-    ("sync", 512, False, False, "sgd"),        # level with LAMB there: SGD's recipe stays
-    ("local", 2048, False, False, "sgd"),      # a local step is one worker's batch
-    ("async", 2048, False, False, "sgd"),
-    ("sync", 2048, True, False, "sgd"),        # elastic: the global batch moves
-    ("sync", 2048, False, True, "sgd"),        # --nesterov is SGD's
+@pytest.mark.parametrize("mode, global_batch, elastic, nesterov, hierarchical, chosen", [
+    ("sync", 1024, False, False, False, "lamb"),
+    ("sync", 2048, False, False, False, "lamb"),
+    ("sync", 512, False, False, False, "sgd"),    # level with LAMB there: SGD's recipe stays
+    ("local", 1024, False, False, False, "lamb"),
+    ("local", 512, False, False, False, "sgd"),
+    ("local", 2048, False, False, True, "sgd"),   # hierarchical: LAMB not measured
+    ("async", 2048, False, False, False, "sgd"),  # nor in async mode
+    ("sync", 2048, True, False, False, "sgd"),    # elastic: the global batch moves
+    ("sync", 2048, False, True, False, "sgd"),    # --nesterov is SGD's
 ])
-def test_auto_takes_lamb_for_sync_from_a_global_batch_of_1024_and_sgd_otherwise(
-        mode, global_batch, elastic, nesterov, chosen):
+def test_auto_takes_lamb_for_sync_and_flat_local_from_a_global_batch_of_1024(
+        mode, global_batch, elastic, nesterov, hierarchical, chosen):
     assert LAMB_FROM_GLOBAL_BATCH == 1024
-    assert auto_optimizer(mode, global_batch, elastic, nesterov) == chosen
+    assert auto_optimizer(mode, global_batch, elastic, nesterov, hierarchical) == chosen
 
 
 def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
@@ -48,9 +50,9 @@ def test_rank_0_says_in_one_line_when_a_new_run_takes_lamb(capsys):
             assert _settle_optimizer(cfg, None).optimizer == "lamb"
             assert _settle_optimizer(cfg, "sgd").optimizer == "sgd"  # resumed: no line
     lines = capsys.readouterr().out.splitlines()
-    assert lines == ["hvdtrain: --optimizer auto took lamb: sync at a global batch of 1024 "
-                     "(from 1024, SGD's defaults ended 3 to 11 points lower); give "
-                     "--optimizer sgd to keep SGD"]
+    assert lines == ["hvdtrain: --optimizer auto took lamb: --mode sync at a global batch of "
+                     "1024 (from 1024, SGD's defaults ended lower at every seed measured); "
+                     "give --optimizer sgd to keep SGD"]
 
 
 def test_auto_resumes_a_run_on_either_optimizer_and_a_given_one_must_match():

@@ -146,7 +146,7 @@ def _settle_optimizer(cfg: TrainConfig, resumed: str | None) -> TrainConfig:
     chosen = settled(cfg, comm.size(), resumed)
     if cfg.optimizer == AUTO and chosen.optimizer == "lamb" and resumed is None \
             and comm.is_chief():
-        print(took_lamb_notice(chosen.batch_size * comm.size()), flush=True)
+        print(took_lamb_notice(chosen.mode, chosen.batch_size * comm.size()), flush=True)
     return chosen
 
 
