@@ -66,6 +66,12 @@ class HostShards:
         pieces = comm.unflatten(self.whole(mean, int(flat.shape[0]), name), values)
         return [tf.cast(p, v.dtype) for p, v in zip(pieces, values)]
 
+    @staticmethod
+    def count() -> int:
+        """In how many shards a round across hosts is cut now: a host's workers (1: uncut)."""
+        shards = HostShards.current()
+        return 1 if shards is None else shards.host.size
+
     def shard_bytes(self, length: int, value_bytes: int = 4) -> int:
         """What a worker hands to a float round across hosts of `length` values."""
         return value_bytes * self.width(length)

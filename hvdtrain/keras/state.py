@@ -271,8 +271,7 @@ class ModelStateAverager:
     @property
     def host_shards(self) -> int:
         """In how many shards a round is cut, one per worker of a host (1: uncut)."""
-        shards = self.shards
-        return 1 if shards is None else shards.host.size
+        return HostShards.count() if self.across_hosts else 1
 
     @property
     def payload_bytes(self) -> int:

@@ -9,6 +9,7 @@ import keras
 
 from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig, n_sync_period
+from hvdtrain.keras.host_shards import HostShards
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.periods import PerWorkerPeriod
 from hvdtrain.progress import TrainingProgress
@@ -42,7 +43,7 @@ def topology(cfg: TrainConfig, model: keras.Model, progress: TrainingProgress) -
     # Rounds are cut in host shards when the hosts are of one size (hvdtrain.keras.host_shards):
     # a worker's rounds then carry its shard across hosts, and the gather of the others'
     # inside its host is not counted.
-    shards = group.size if comm.peer_group() is not None else 1
+    shards = HostShards.count()
     return {"hierarchical": True, "hosts": group.hosts, "workers_per_host": group.size,
             "host_shards": shards, "bytes_allreduced_within_host": within,
             "bytes_allreduced_across_hosts": progress.state_bytes}
