@@ -60,8 +60,8 @@ DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
 # The hierarchy's period in local mode is flat local mode's, 2 steps, since its rounds are
 # cut in host shards (hvdtrain.keras.host_shards), which sends a k-th of flat's bytes
 # across hosts at hosts of k. At 8 workers (LeNet-5, 2 epochs, 5 seeds) it ended 0.21
-# and 0.36 points below flat local's default on hosts of 2 and of 4, inside the intervals,
-# for 0.47 and 0.24 of its bytes across hosts; the default before it, 40/hosts:5 (10 and
+# and 0.35 points below flat local's default on hosts of 2 and of 4, inside the intervals,
+# for 0.50 and 0.25 of its bytes across hosts; the default before it, 40/hosts:5 (10 and
 # 20 steps), ended 0.56 and 0.31 below (3 seeds). Async keeps 10/hosts: not measured since.
 DEFAULT_HOST_N_SYNC = {"local": 2, "async": "10/hosts"}
 DEFAULT_LOCAL_LR_WORKERS = 4

@@ -64,13 +64,12 @@ def plan_resume(cfg: TrainConfig, job: Job) -> ResumePlan:
     _check_unfinished(cfg)
     if cfg.resume == "never":
         raise ConfigError(problem)
-    saved_config = _saved_config(cfg)
-    _check_same_run(cfg, saved_config, job)
+    optimizer = _checked_same_run(cfg, job)
     path, saved, problems = store.newest_sound()
     notes = [f"skipping damaged checkpoint {p}" for p in problems]
     if path is None and problems:
         raise ConfigError(f"no sound checkpoint to resume in {store.folder}: {problems[0]}")
-    return ResumePlan(path, saved, notes, optimizer=saved_config.optimizer)
+    return ResumePlan(path, saved, notes, optimizer=optimizer)
 
 
 def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) -> ResumePlan:
@@ -84,9 +83,7 @@ def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) ->
         _check_unfinished(cfg)
         optimizer = None
         if os.path.exists(os.path.join(cfg.out, run_folder.CONFIG)):
-            saved_config = _saved_config(cfg)
-            _check_same_run(cfg, saved_config, job)
-            optimizer = saved_config.optimizer
+            optimizer = _checked_same_run(cfg, job)
         return ResumePlan(path, saved, newer=store.newer_than(saved.progress.steps),
                           optimizer=optimizer)
     problem = run_folder.existing_run_problem(cfg.out)
@@ -109,6 +106,14 @@ def _check_unfinished(cfg: TrainConfig) -> None:
 
 def _saved_config(cfg: TrainConfig) -> TrainConfig:
     return load_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved()
+
+
+def _checked_same_run(cfg: TrainConfig, job: Job) -> str:
+    """Refuse to resume the run in --out under another configuration; return the
+    optimizer it took (which `--optimizer auto` keeps)."""
+    saved = _saved_config(cfg)
+    _check_same_run(cfg, saved, job)
+    return saved.optimizer
 
 
 def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> None:
