@@ -58,11 +58,12 @@ WARM_STARTS = ("sync", "single")
 DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
 # The hierarchy's period in local mode is flat local mode's, 2 steps, since its rounds are
-# cut in host shards (hvdtrain.keras.host_shards), which sends a k-th of flat's bytes
-# across hosts at hosts of k. At 8 workers (LeNet-5, 2 epochs, 5 seeds) it ended 0.21
-# and 0.35 points below flat local's default on hosts of 2 and of 4, inside the intervals,
-# for 0.50 and 0.25 of its bytes across hosts; the default before it, 40/hosts:5 (10 and
-# 20 steps), ended 0.56 and 0.31 below (3 seeds). Async keeps 10/hosts: not measured since.
+# cut in host shards (hvdtrain.keras.host_shards): a worker hands over a k-th of flat's
+# bytes at hosts of k, and a host's NIC carries 0.63 (hosts of 2) and 0.35 (hosts of 4)
+# of flat's round bytes at 8 workers over Gloo. At 8 workers (LeNet-5, 2 epochs, 10 seeds)
+# it ended level with flat local's default (-0.05 and -0.08 points, +-0.4); the default
+# before it, 40/hosts:5 (10 and 20 steps), ended 0.56 and 0.31 below (3 seeds). Longer
+# periods are the user's trade (BENCHMARKS.md). Async keeps 10/hosts: not measured since.
 DEFAULT_HOST_N_SYNC = {"local": 2, "async": "10/hosts"}
 DEFAULT_LOCAL_LR_WORKERS = 4
 # The names `hvdtrain.data.load_dataset` and `hvdtrain.models.build_model` accept, kept here

@@ -1,12 +1,14 @@
 """A round across hosts cut in shards, one per place in a host (hierarchical local SGD).
 
 In hierarchical local SGD a host's workers hold one model: they average gradients every
-step. A round among all the workers would send that model once from each of them, so a
-host of k workers would carry k copies of it through its NIC. Instead its workers split
-it: the i-th worker of every host averages the i-th k-th of the state with the other
-hosts' i-th workers (`comm.peer_group`), and then the host's workers gather their shards
-from each other (`comm.allgather` among the host). One copy crosses each host's NIC, as
-in Horovod's hierarchical allreduce; what a worker sends across hosts falls k-fold.
+step. A round among all the workers would average that model as W workers' copies of it:
+a ring crosses each host's NIC with 2(W-1)/W of it, and an int8 round's alltoall sends
+each worker's pieces straight to every worker of the other hosts. Instead a host's
+workers split it: the i-th worker of every host averages the i-th k-th of the state with
+the other hosts' i-th workers (`comm.peer_group`), and then the host's workers gather
+their shards from each other (`comm.allgather` among the host). What a worker sends
+across hosts falls k-fold; a host's NIC carries 2(H-1)/H of one copy, as in Horovod's
+hierarchical allreduce (measured on emulated hosts: BENCHMARKS.md).
 
 Every worker of a host ends with the same values (the gathered shards), and the i-th
 workers of all hosts with the same i-th shard (one collective's result), so every worker
