@@ -36,14 +36,11 @@ DYNAMIC_PROCESS_SETS = "HOROVOD_DYNAMIC_PROCESS_SETS"
 @dataclass(frozen=True)
 class WorkerGroup:
     """Some of the workers, for collectives among them only: the workers of one host
-    (`host_group`), or of one place in every host (`peer_group`). `process_set` is
-    Horovod's, or None for all the workers. A `routed` group has no process set: its
-    collectives are all the workers' alltoalls, with empty parts for the others."""
+    (`host_group`). `process_set` is Horovod's, or None for all the workers."""
 
     ranks: tuple[int, ...]
     hosts: int                 # how many groups the workers were split into
     process_set: object = None
-    routed: bool = False
 
     @property
     def size(self) -> int:
@@ -121,12 +118,10 @@ def _make_host_groups() -> None:
     _peer_group = None
     sizes = {len(ranks) for ranks in groups.values()}
     if len(groups) > 1 and sizes != {1} and len(sizes) == 1:
+        peers = [[ranks[place] for ranks in groups.values()] for place in range(sizes.pop())]
         place = mine.index(hvd.rank())
-        # Routed, not a process set: Horovod coordinates every process set every cycle
-        # (a small allreduce among its workers, busy or idle), and k sets that span the
-        # hosts cost their NICs more than the rounds they cut (measured: BENCHMARKS.md).
-        _peer_group = WorkerGroup(tuple(ranks[place] for ranks in groups.values()),
-                                  len(groups), routed=True)
+        _peer_group = WorkerGroup(tuple(peers[place]), len(groups),
+                                  _register(peers, tuple(peers[place])))
 
 
 def _register(groups: list[list[int]], mine: tuple[int, ...]):
@@ -153,9 +148,8 @@ def peer_group() -> WorkerGroup | None:
     """The workers at this worker's place in every host (its host's k-th worker, the
     other hosts' k-th), one per host, or None unless there are two or more hosts, all of
     the same number of workers, two or more. A round across hosts can then be cut in
-    shards, one per place, each crossing between hosts among its own workers. The group is
-    routed (`WorkerGroup`): its collectives are the world's, so the hosts' NICs carry no
-    coordination of its own."""
+    shards, one per place, each crossing between hosts in its own group: every host's NIC
+    carries one copy of the state instead of one per worker."""
     return _peer_group
 
 
@@ -209,27 +203,8 @@ def average(tensors: Sequence[tf.Tensor], name: str | None = None, fp16: bool = 
     workers = hvd.size() if group is None else group.size
     if workers == 1 or not tensors:
         return tensors
-    if group is not None and group.routed:
-        return _routed_average(tensors, name, fp16, group)
     process_set = None if group is None else group.process_set
     return _allreduce_group(tensors, hvd.Average, name, fp16, flat, process_set)
-
-
-def _routed_average(tensors: list[tf.Tensor], name: str | None, fp16: bool,
-                    group: WorkerGroup) -> list[tf.Tensor]:
-    """`average` among a routed group, as a ring would do it (the same bytes): each worker
-    sums one part of the flat vector from every member (in rank order, on that worker
-    alone, so every member ends on the same bits), then the members gather the parts."""
-    if fp16:
-        raise ValueError("a routed group's average carries float32 only")
-    flat = flatten(tensors)
-    length, workers = int(flat.shape[0]), group.size
-    width = -(-length // workers)
-    rows = tf.reshape(tf.pad(flat, [[0, workers * width - length]]), [workers, width])
-    got = alltoall(rows, name=None if name is None else name + "_scatter", group=group)
-    part = tf.reduce_sum(got, axis=0) / workers
-    whole = allgather(part, name=None if name is None else name + "_gather", group=group)
-    return unflatten(whole[:length], tensors)
 
 
 def total(tensors: Sequence[tf.Tensor], name: str | None = None,
@@ -293,10 +268,6 @@ def alltoall(tensor: tf.Tensor, name: str | None = None,
     workers, process_set = _members(group)
     if workers == 1:
         return tensor
-    if group is not None and group.routed:
-        got, _ = hvd.alltoall(tensor, splits=_splits(group, tensor.shape[0] // workers),
-                              name=name)
-        return tf.reshape(got, tensor.shape)
     return tf.reshape(hvd.alltoall(tensor, name=name, process_set=process_set), tensor.shape)
 
 
@@ -308,18 +279,8 @@ def allgather(tensor: tf.Tensor, name: str | None = None,
     workers, process_set = _members(group)
     if workers == 1:
         return tensor
-    if group is not None and group.routed:  # a copy to each member, none to the others
-        gathered, _ = hvd.alltoall(tf.concat([tensor] * workers, axis=0),
-                                   splits=_splits(group, tensor.shape[0]), name=name)
-    else:
-        gathered = hvd.allgather(tensor, name=name, process_set=process_set)
+    gathered = hvd.allgather(tensor, name=name, process_set=process_set)
     return tf.reshape(gathered, [workers * tensor.shape[0], *tensor.shape[1:]])
-
-
-def _splits(group: WorkerGroup, part: int) -> list[int]:
-    """An alltoall's rows for each worker of the world: `part` to `group`'s, none to others."""
-    members = set(group.ranks)
-    return [part if worker in members else 0 for worker in range(hvd.size())]
 
 
 def average_scalars(values: Mapping[str, float], name: str = "scalars") -> dict[str, float]:

@@ -5,12 +5,10 @@ step. A round among all the workers would average that model as W workers' copie
 a ring crosses each host's NIC with 2(W-1)/W of it, and an int8 round's alltoall sends
 each worker's pieces straight to every worker of the other hosts. Instead a host's
 workers split it: the i-th worker of every host averages the i-th k-th of the state with
-the other hosts' i-th workers (`comm.peer_group`, routed through the world's alltoalls
-rather than a process set of its own, whose per-cycle coordination would cross the NICs),
-and then the host's workers gather their shards from each other (`comm.allgather` among
-the host). What a worker sends across hosts falls k-fold; a host's NIC carries 2(H-1)/H
-of one copy, as in Horovod's hierarchical allreduce (measured on emulated hosts:
-BENCHMARKS.md).
+the other hosts' i-th workers (`comm.peer_group`), and then the host's workers gather
+their shards from each other (`comm.allgather` among the host). What a worker sends
+across hosts falls k-fold; a host's NIC carries 2(H-1)/H of one copy, as in Horovod's
+hierarchical allreduce (measured on emulated hosts: BENCHMARKS.md).
 
 Every worker of a host ends with the same values (the gathered shards), and the i-th
 workers of all hosts with the same i-th shard (one collective's result), so every worker
