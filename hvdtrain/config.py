@@ -37,6 +37,18 @@ DEFAULT_LR_SCALING = "linear"
 # and LAMB"). LARS keeps SGD's, which its rates (10 to 30 times SGD's) need lifted.
 DEFAULT_MAX_LR = {"lamb": 0.03}
 DEFAULT_MAX_LR_OTHERWISE = 0.1
+# Flat local mode's LAMB steps are one worker's batch each, and a round's mean of 32 such
+# steps cancels much of their noise and with it their length: at 32 x 32 a cap of 0.06
+# (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
+# 2 epochs and 0.45 over 5, at every seed (BENCHMARKS.md, "5 epochs at 32 x 32").
+DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
+
+
+def default_max_lr(optimizer: str, mode: str, hierarchical: bool) -> float:
+    """The cap on the peak rate when --max-lr is not given."""
+    if optimizer == "lamb" and mode == "local" and not hierarchical:
+        return DEFAULT_LOCAL_LAMB_MAX_LR
+    return DEFAULT_MAX_LR.get(optimizer, DEFAULT_MAX_LR_OTHERWISE)
 # LARS's trust coefficient (You et al. 2017).
 LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
@@ -136,9 +148,10 @@ class TrainConfig:
                "about rate x --lars-eta of its weights' norm per step, where SGD moves it rate "
                "x |gradient|: give it a --base-lr 10 to 30 times SGD's (LeNet at a global batch "
                "of 256 trained at 1 and 3, diverged at 10). lamb: Keras's Lamb, Adam with the "
-               "same per-layer ratio; its peak is capped at 0.03 unless --max-lr says "
-               "otherwise, which in sync mode at a global batch of 1024 ended 3 to 4 points "
-               "above SGD's defaults (LeNet), and level at 512 (LeNet, ResNet-20)", OPTIMIZERS)
+               "same per-layer ratio; its peak is capped at 0.03 (0.06 in flat local mode) "
+               "unless --max-lr says otherwise. At 0.03 in sync mode it ended 3 to 4 points "
+               "above SGD's defaults at a global batch of 1024 (LeNet), and level at 512 "
+               "(LeNet, ResNet-20)", OPTIMIZERS)
     base_lr: float = _opt(
         0.1, "learning rate for a global batch of 256; scaled to the real global batch by "
              "--lr-scaling")
@@ -151,7 +164,9 @@ class TrainConfig:
         LR_SCALINGS)
     max_lr: float | None = _opt(
         None, f"cap on the peak rate after --lr-scaling (and on the warmup's start); 0: no "
-              f"cap. Default {DEFAULT_MAX_LR['lamb']:g} with --optimizer lamb, else "
+              f"cap. Default {DEFAULT_MAX_LR['lamb']:g} with --optimizer lamb "
+              f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode, whose workers' steps a "
+              f"round averages: 0.45 points above 0.03 at 32 x 32 over 5 epochs), else "
               f"{DEFAULT_MAX_LR_OTHERWISE:g}, which binds from a global batch of 256 (linear): "
               f"LeNet with SGD broke down above it at 512 and 1024, and LAMB at 0.1 sat at "
               f"chance where 0.03 ended above SGD at 512 and 1024")
@@ -370,7 +385,7 @@ class TrainConfig:
                    for f in dataclasses.fields(self)
                    if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
         if self.max_lr is None and self.optimizer != "auto":  # set once auto has chosen
-            changes["max_lr"] = DEFAULT_MAX_LR.get(self.optimizer, DEFAULT_MAX_LR_OTHERWISE)
+            changes["max_lr"] = default_max_lr(self.optimizer, self.mode, self.hierarchical_sgd)
         if self.hierarchical_sgd and self.n_sync is None:
             # A host's workers hold one model: the replicas that drift apart are the hosts.
             changes["n_sync"] = DEFAULT_HOST_N_SYNC[self.mode]

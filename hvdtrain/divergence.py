@@ -136,7 +136,8 @@ def divergence_message(reason: str, step: int, peak_lr: float | None,
     `lamb`: the run's optimizer is LAMB already, so it is not suggested."""
     peak = f"peak learning rate {peak_lr:.4g}" if peak_lr is not None else "its learning rate"
     cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
-    other = "" if lamb else ", --optimizer lamb (its peak is capped at 0.03)"
+    other = "" if lamb else (", --optimizer lamb (its peak is capped at 0.03, 0.06 in flat "
+                             "local mode)")
     return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
             f"{global_batch}); try --lr-scaling sqrt, {cap}{other}, or a lower --base-lr "
             f"(--no-divergence-guard lets it go on)")

@@ -32,6 +32,12 @@ def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
     assert cfg.optimizer == "auto" and cfg.max_lr is None  # the cap waits for the choice
     assert (settled(cfg, 16).optimizer, settled(cfg, 16).max_lr) == ("lamb", 0.03)  # 16 x 64
     assert (settled(cfg, 8).optimizer, settled(cfg, 8).max_lr) == ("sgd", 0.1)
+    # Flat local mode's LAMB takes twice sync's cap: a round averages one-batch steps.
+    local = load_config(None, {"mode": "local"}).resolved()
+    assert (settled(local, 16).optimizer, settled(local, 16).max_lr) == ("lamb", 0.06)
+    hierarchical = load_config(None, {"mode": "local", "hierarchical_sgd": True,
+                                      "optimizer": "lamb"}).resolved()
+    assert hierarchical.max_lr == 0.03  # not measured there: sync's cap
     capped = load_config(None, {"max_lr": 0.05}).resolved()
     assert settled(capped, 16).max_lr == 0.05  # a cap given is kept
     # A resumed run keeps what it took, whatever its workers now.
