@@ -42,13 +42,6 @@ DEFAULT_MAX_LR_OTHERWISE = 0.1
 # (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
 # 2 epochs and 0.45 over 5, at every seed (BENCHMARKS.md, "5 epochs at 32 x 32").
 DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
-
-
-def default_max_lr(optimizer: str, mode: str, hierarchical: bool) -> float:
-    """The cap on the peak rate when --max-lr is not given."""
-    if optimizer == "lamb" and mode == "local" and not hierarchical:
-        return DEFAULT_LOCAL_LAMB_MAX_LR
-    return DEFAULT_MAX_LR.get(optimizer, DEFAULT_MAX_LR_OTHERWISE)
 # LARS's trust coefficient (You et al. 2017).
 LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
@@ -87,6 +80,13 @@ MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet
 # Gradient groups sized to the model (hvdtrain.buckets): a fixed 25 MB left a small
 # model's gradients in one group that could leave only after back-propagation.
 DEFAULT_BUCKET_MB = "auto"
+
+
+def default_max_lr(optimizer: str, mode: str, hierarchical: bool) -> float:
+    """The cap on the peak rate when --max-lr is not given."""
+    if optimizer == "lamb" and mode == "local" and not hierarchical:
+        return DEFAULT_LOCAL_LAMB_MAX_LR
+    return DEFAULT_MAX_LR.get(optimizer, DEFAULT_MAX_LR_OTHERWISE)
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, *,
