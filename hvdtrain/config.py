@@ -38,8 +38,8 @@ DEFAULT_LR_SCALING = "linear"
 DEFAULT_MAX_LR = {"lamb": 0.03}
 DEFAULT_MAX_LR_OTHERWISE = 0.1
 # Flat local mode's LAMB steps are one worker's batch each, and a round's mean of 32 such
-# steps cancels much of their noise and with it their length: at 32 x 32 a cap of 0.06
-# (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
+# steps likely cancels much of their noise and with it their length: at 32 x 32 a cap of
+# 0.06 (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
 # 2 epochs and 0.45 over 5, at every seed, and level with it at 16 x 64 (+0.05); in sync
 # mode 0.06 cost 4.4 points (BENCHMARKS.md, "5 epochs at 32 x 32").
 DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
