@@ -149,8 +149,9 @@ class TrainConfig:
                "about rate x --lars-eta of its weights' norm per step, where SGD moves it rate "
                "x |gradient|: give it a --base-lr 10 to 30 times SGD's (LeNet at a global batch "
                "of 256 trained at 1 and 3, diverged at 10). lamb: Keras's Lamb, Adam with the "
-               "same per-layer ratio; its peak is capped at 0.03 (0.06 in flat local mode) "
-               "unless --max-lr says otherwise. At 0.03 in sync mode it ended 3 to 4 points "
+               f"same per-layer ratio; its peak is capped at {DEFAULT_MAX_LR['lamb']:g} "
+               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode) unless --max-lr says "
+               "otherwise. At 0.03 in sync mode it ended 3 to 4 points "
                "above SGD's defaults at a global batch of 1024 (LeNet), and level at 512 "
                "(LeNet, ResNet-20)", OPTIMIZERS)
     base_lr: float = _opt(
