@@ -22,6 +22,7 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain.errors import ConfigError
+from hvdtrain.host_layout import HostLayout, layout_from_environment
 from hvdtrain.launcher_lifetime import end_with_launcher
 
 
@@ -60,6 +61,10 @@ _host_group: WorkerGroup | None = None
 # The workers that hold the same place in every host (`peer_group`), when hosts are equal.
 _peer_group: WorkerGroup | None = None
 _wants_host_groups = False
+# The process sets Horovod started with, by their ranks (`_start_horovod`); empty when it
+# started in its dynamic mode or without sets.
+_started_sets: dict[tuple[int, ...], object] = {}
+_started_layout: HostLayout | None = None  # the layout they were made from
 
 
 def init(fuse_tensors: bool = True, host_groups: bool = False,
@@ -91,11 +96,33 @@ def init(fuse_tensors: bool = True, host_groups: bool = False,
         end_with_launcher()  # every worker starts here, hvdtrain's and a user's own script
         if rendezvous_seconds is not None:
             os.environ.setdefault(GLOO_TIMEOUT, str(rendezvous_seconds))
-        # Process sets made after start need Horovod started in their dynamic mode.
-        hvd.init(process_sets="dynamic" if host_groups else None)
+        _start_horovod(host_groups)
         _worlds_started += 1
     if host_groups and _host_group is None:
         _make_host_groups()
+
+
+def _start_horovod(host_groups: bool) -> None:
+    """`hvd.init`; for host groups, with them as process sets when horovodrun's
+    environment shows equal hosts (`host_layout`), else in the dynamic mode that can add
+    them once the workers' host names are known."""
+    global _started_sets, _started_layout
+    layout = layout_from_environment(os.environ) if host_groups else None
+    _started_sets, _started_layout = {}, None
+    if layout is None:
+        hvd.init(process_sets="dynamic" if host_groups else None)
+        return
+    sets = [hvd.ProcessSet(ranks) for ranks in layout.process_sets()]
+    try:
+        hvd.init(process_sets=sets)
+    except ValueError as exc:
+        # Horovod's start fails this way on workers that brought sets when others
+        # brought none (unequal hosts some of whose workers passed the layout's test).
+        raise ConfigError(
+            f"Horovod did not start with the host groups of {layout.hosts} hosts of "
+            f"{layout.per_host} workers read from horovodrun's environment: give every host "
+            f"the same number of workers, or see Horovod's log above ({exc})") from exc
+    _started_sets, _started_layout = {tuple(ps.ranks): ps for ps in sets}, layout
 
 
 def _make_host_groups() -> None:
@@ -108,9 +135,12 @@ def _make_host_groups() -> None:
     for worker, name in enumerate(names):
         groups.setdefault(name, []).append(worker)
     mine = tuple(groups[names[hvd.rank()]])
+    if _started_layout is not None and list(groups.values()) != _started_layout.host_sets():
+        raise ConfigError(f"the workers' host names group them as {list(groups.values())}, "
+                          f"but horovodrun's environment as {_started_layout.host_sets()}")
     process_set = None
     if len(groups) > 1:
-        if os.environ.get(DYNAMIC_PROCESS_SETS) != "1":
+        if not _started_sets and os.environ.get(DYNAMIC_PROCESS_SETS) != "1":
             raise ConfigError("--hierarchical-sgd must start Horovod itself: this process "
                               "started it earlier without process sets")
         process_set = _register(list(groups.values()), mine)
@@ -125,12 +155,16 @@ def _make_host_groups() -> None:
 
 
 def _register(groups: list[list[int]], mine: tuple[int, ...]):
-    """Register `groups` as Horovod process sets, in order, and return the one of `mine`."""
+    """Register `groups` as Horovod process sets, in order, and return the one of `mine`;
+    or take them from the sets Horovod started with."""
     own = None
     for ranks in groups:  # in the same order on every worker
-        # Any failure here is Horovod's own and keeps its words: Horovod shut down
-        # meanwhile (a peer lost while an elastic reset makes the groups again).
-        added = hvd.add_process_set(ranks)
+        if _started_sets:
+            added = _started_sets[tuple(ranks)]
+        else:
+            # Any failure here is Horovod's own and keeps its words: Horovod shut down
+            # meanwhile (a peer lost while an elastic reset makes the groups again).
+            added = hvd.add_process_set(ranks)
         if tuple(ranks) == mine:
             own = added
     return own
@@ -142,6 +176,13 @@ def host_group() -> WorkerGroup:
     if _host_group is None:
         return WorkerGroup(tuple(range(hvd.size())), 1)
     return _host_group
+
+
+def host_groups_at_start() -> bool:
+    """Whether Horovod started with the host groups as process sets. Otherwise they were
+    added to a Horovod started in its dynamic mode, whose every cycle then gathers from
+    every worker (`host_layout`)."""
+    return bool(_started_sets)
 
 
 def peer_group() -> WorkerGroup | None:

@@ -3,6 +3,8 @@ Horovod faked: two hosts of one worker each, seen from rank 0."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hvdtrain import comm
@@ -53,4 +55,103 @@ def test_host_groups_from_a_horovod_started_without_process_sets_are_refused_in_
         two_hosts):
     two_hosts(AssertionError("add_process_set must not be called"), dynamic=False)
     with pytest.raises(ConfigError, match="--hierarchical-sgd must start Horovod itself"):
+        comm.init(host_groups=True)
+
+
+class StartingHorovod:
+    """Horovod not started yet, on two hosts of two workers each, seen from rank 0;
+    `init_error` makes its start fail as Horovod's does."""
+
+    ProcessSet = staticmethod(lambda ranks: FakeProcessSet(list(ranks)))
+
+    def __init__(self, init_error: Exception | None = None):
+        self.init_error = init_error
+        self.started_with = None
+        self.added: list[list[int]] = []
+
+    def is_initialized(self):
+        return self.started_with is not None
+
+    def init(self, process_sets=None):
+        if self.init_error is not None:
+            raise self.init_error
+        self.started_with = process_sets
+
+    def allgather_object(self, name):
+        return ["h1", "h1", "h2", "h2"]
+
+    def rank(self):
+        return 0
+
+    def add_process_set(self, ranks):
+        self.added.append(list(ranks))
+        return FakeProcessSet(list(ranks))
+
+
+class FakeProcessSet:
+    def __init__(self, ranks):
+        self.ranks = ranks
+
+
+HOROVODRUN_RANK_0_OF_2_HOSTS_OF_2 = {
+    "HOROVOD_HOSTNAME": "h1", "HOROVOD_RANK": "0", "HOROVOD_SIZE": "4",
+    "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "2",
+    "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "2"}
+
+
+@pytest.fixture
+def starting(monkeypatch):
+    monkeypatch.setattr(comm, "_host_group", None)
+    monkeypatch.setattr(comm, "_peer_group", None)
+    monkeypatch.setattr(comm, "_started_sets", {})
+    monkeypatch.setattr(comm, "_started_layout", None)
+    monkeypatch.setattr(comm, "_wants_host_groups", False)
+    monkeypatch.setattr(comm, "_worlds_started", 0)
+    monkeypatch.setattr(comm, "end_with_launcher", lambda: False)
+    monkeypatch.delenv(comm.DYNAMIC_PROCESS_SETS, raising=False)
+    for name in HOROVODRUN_RANK_0_OF_2_HOSTS_OF_2:
+        monkeypatch.delenv(name, raising=False)
+
+    def with_horovod(horovod: StartingHorovod, env: dict[str, str]):
+        monkeypatch.setattr(comm, "hvd", horovod)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return horovod
+    return with_horovod
+
+
+def test_equal_hosts_under_horovodrun_start_horovod_with_the_groups_and_add_none(starting):
+    horovod = starting(StartingHorovod(), HOROVODRUN_RANK_0_OF_2_HOSTS_OF_2)
+    comm.init(host_groups=True)
+    assert [ps.ranks for ps in horovod.started_with] == [[0, 1], [2, 3], [0, 2], [1, 3]]
+    assert horovod.added == []
+    assert comm.host_group().process_set is horovod.started_with[0]
+    assert comm.peer_group().process_set is horovod.started_with[2]
+
+
+def test_without_horovodruns_places_horovod_starts_dynamic_and_the_groups_are_added(
+        starting):
+    horovod = starting(StartingHorovod(), {})
+    # hvd.init(process_sets="dynamic") sets this itself; the fake does not.
+    real_init = horovod.init
+    horovod.init = lambda process_sets=None: (
+        os.environ.__setitem__(comm.DYNAMIC_PROCESS_SETS, "1"), real_init(process_sets))
+    comm.init(host_groups=True)
+    assert horovod.started_with == "dynamic"
+    assert horovod.added == [[0, 1], [2, 3], [0, 2], [1, 3]]
+
+
+def test_a_start_that_fails_with_the_groups_says_so_in_one_line(starting):
+    starting(StartingHorovod(ValueError("Horovod initialization failed.")),
+             HOROVODRUN_RANK_0_OF_2_HOSTS_OF_2)
+    with pytest.raises(ConfigError, match="did not start with the host groups of 2 hosts "
+                                          "of 2 workers") as failed:
+        comm.init(host_groups=True)
+    assert "\n" not in str(failed.value)
+
+
+def test_host_names_that_disagree_with_horovodruns_places_are_refused(starting):
+    horovod = starting(StartingHorovod(), HOROVODRUN_RANK_0_OF_2_HOSTS_OF_2)
+    horovod.allgather_object = lambda name: ["h1", "h2", "h1", "h2"]
+    with pytest.raises(ConfigError, match=r"host names group them as \[\[0, 2\], \[1, 3\]\], but horovodrun.s environment as \[\[0, 1\], \[2, 3\]\]"):
         comm.init(host_groups=True)
