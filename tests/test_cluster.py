@@ -426,7 +426,7 @@ def test_a_hierarchical_jobs_gradients_stay_on_the_host_and_only_its_rounds_cros
     assert result.returncode == 0, result.stderr[-5000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (summary["hosts"], summary["workers_per_host"], summary["total_steps"]) == (2, 2, steps)
-    assert summary["host_shards"] == slots
+    assert summary["host_shards"] == slots and summary["host_groups_at_start"] is True
     assert summary["bytes_allreduced_within_host"] > 2 * summary["bytes_allreduced_across_hosts"]
     crossing = slots * 2 * (hosts - 1) / hosts * summary["bytes_allreduced_across_hosts"]
     during = json.loads(counters.read_text())["during"]

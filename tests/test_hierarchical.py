@@ -95,6 +95,8 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert summary["hierarchical"] is True
     assert summary["hosts"] == 2 and summary["workers_per_host"] == 2
     assert summary["host_shards"] == 2  # hosts of one size: rounds cut in host shards
+    # horovodrun's environment showed equal hosts: Horovod started with the groups.
+    assert summary["host_groups_at_start"] is True
     assert summary["workers"] == 4 and summary["n_sync"] == 3
     # Every step's gradients were averaged, inside the host; 2 rounds and the epoch's end.
     assert summary["gradient_steps_averaged"] == 7 and summary["averaging_rounds"] == 3
@@ -166,6 +168,7 @@ def test_hosts_of_unequal_size_agree_after_every_round_of_an_outer_optimizer(une
     summary = json.loads(str(unequal[0]["summary"]))
     assert summary["hosts"] == 2 and summary["averaging_rounds"] == 3
     assert summary["host_shards"] == 1  # hosts of unequal size: rounds among all workers
+    assert summary["host_groups_at_start"] is False  # added to a dynamic Horovod
     for step in (3, 6):  # the rounds' steps: x0 and the momentum are the job's, one of each
         for rank in unequal[1:]:
             np.testing.assert_array_equal(rank["steps"][step - 1], unequal[0]["steps"][step - 1])

@@ -45,7 +45,8 @@ def topology(cfg: TrainConfig, model: keras.Model, progress: TrainingProgress) -
     # inside its host is not counted.
     shards = HostShards.count()
     return {"hierarchical": True, "hosts": group.hosts, "workers_per_host": group.size,
-            "host_shards": shards, "bytes_allreduced_within_host": within,
+            "host_shards": shards, "host_groups_at_start": comm.host_groups_at_start(),
+            "bytes_allreduced_within_host": within,
             "bytes_allreduced_across_hosts": progress.state_bytes}
 
 
