@@ -179,10 +179,10 @@ def host_group() -> WorkerGroup:
 
 
 def host_groups_at_start() -> bool:
-    """Whether Horovod started with the host groups as process sets. Otherwise they were
-    added to a Horovod started in its dynamic mode, whose every cycle then gathers from
-    every worker (`host_layout`)."""
-    return bool(_started_sets)
+    """Whether Horovod started knowing the host groups, as process sets (none on one
+    host). Otherwise they were added to a Horovod started in its dynamic mode, whose every
+    cycle then gathers from every worker (`host_layout`)."""
+    return _started_layout is not None
 
 
 def peer_group() -> WorkerGroup | None:

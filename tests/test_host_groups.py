@@ -155,3 +155,13 @@ def test_host_names_that_disagree_with_horovodruns_places_are_refused(starting):
     horovod.allgather_object = lambda name: ["h1", "h2", "h1", "h2"]
     with pytest.raises(ConfigError, match=r"host names group them as \[\[0, 2\], \[1, 3\]\], but horovodrun.s environment as \[\[0, 1\], \[2, 3\]\]"):
         comm.init(host_groups=True)
+
+
+def test_one_host_under_horovodrun_starts_horovod_without_sets_or_dynamic_mode(starting):
+    horovod = starting(StartingHorovod(), {**HOROVODRUN_RANK_0_OF_2_HOSTS_OF_2,
+                                           "HOROVOD_LOCAL_SIZE": "4", "HOROVOD_CROSS_SIZE": "1"})
+    horovod.allgather_object = lambda name: ["h1"] * 4
+    comm.init(host_groups=True)
+    assert horovod.started_with == [] and horovod.added == []
+    assert comm.host_groups_at_start() and comm.host_group().process_set is None
+    assert comm.host_group().ranks == (0, 1, 2, 3) and comm.peer_group() is None
