@@ -103,9 +103,9 @@ def init(fuse_tensors: bool = True, host_groups: bool = False,
 
 
 def _start_horovod(host_groups: bool) -> None:
-    """`hvd.init`; for host groups, with them as process sets when horovodrun's
-    environment shows equal hosts (`host_layout`), else in the dynamic mode that can add
-    them once the workers' host names are known."""
+    """`hvd.init`; for host groups, with them as process sets when hvdtrain's horovodrun
+    says the hosts are equal (`host_layout`), else in the dynamic mode that can add them
+    once the workers' host names are known."""
     global _started_sets, _started_layout
     layout = layout_from_environment(os.environ) if host_groups else None
     _started_sets, _started_layout = {}, None
@@ -113,15 +113,7 @@ def _start_horovod(host_groups: bool) -> None:
         hvd.init(process_sets="dynamic" if host_groups else None)
         return
     sets = [hvd.ProcessSet(ranks) for ranks in layout.process_sets()]
-    try:
-        hvd.init(process_sets=sets)
-    except ValueError as exc:
-        # Horovod's start fails this way on workers that brought sets when others
-        # brought none (unequal hosts some of whose workers passed the layout's test).
-        raise ConfigError(
-            f"Horovod did not start with the host groups of {layout.hosts} hosts of "
-            f"{layout.per_host} workers read from horovodrun's environment: give every host "
-            f"the same number of workers, or see Horovod's log above ({exc})") from exc
+    hvd.init(process_sets=sets)
     _started_sets, _started_layout = {tuple(ps.ranks): ps for ps in sets}, layout
 
 

@@ -8,20 +8,26 @@ every worker's background loop gathers two integers from every other worker each
 that coordination crossed the NICs more than LeNet's rounds did (BENCHMARKS.md, "What
 crosses a host's NIC").
 
-Pure functions of the environment: each worker reads only its own place, and the test
-below is one that every worker passes only when the hosts are equal.
+Horovod's Gloo launcher tells each worker only its own place (rank, local and cross rank
+and size), and two workers of different layouts can see the same place: rank 1 of hosts
+of 3, 1 and 2 sees what rank 1 of two hosts of 3 does. Workers that chose differently
+would start Horovod with different sets, which fails only after Gloo's timeout. So
+hvdtrain's horovodrun (`hvdtrain.horovodrun`) also gives every worker every host's
+worker count (`HOST_SIZES`), the same text for all, and only that decides.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 # What horovodrun's Gloo launcher sets for each worker (horovod/runner/gloo_run.py). Under
 # mpirun these are absent, and in an elastic job they are the first launch's.
 PLACE_VARIABLES = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
                    "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")
 ELASTIC = "HOROVOD_ELASTIC"
+# Every host's worker count in rank order, e.g. "2,2,2", set by hvdtrain's horovodrun.
+HOST_SIZES = "HVDTRAIN_HOST_SIZES"
 
 
 @dataclass(frozen=True)
@@ -52,23 +58,28 @@ class HostLayout:
         return self.host_sets() + self.peer_sets()
 
 
-def layout_from_environment(env: Mapping[str, str]) -> HostLayout | None:
-    """The layout when horovodrun's environment shows this worker on one of equal hosts,
-    ranked host by host; else None (and the sets are then made after the start).
+def host_sizes(slots: Iterable) -> str:
+    """`HOST_SIZES` for horovodrun's slot assignment (objects with `hostname` and `rank`):
+    each host's worker count, hosts in the order of their first rank."""
+    counts: dict[str, int] = {}
+    for slot in sorted(slots, key=lambda slot: slot.rank):
+        counts[slot.hostname] = counts.get(slot.hostname, 0) + 1
+    return ",".join(str(count) for count in counts.values())
 
-    A worker's cross size counts the hosts that have a worker at its local rank, so on the
-    last worker of a host of L the test `L * cross size == size` holds only if every host
-    has exactly L workers. Other workers can pass it on unequal hosts ([2, 1, 3]: rank 0
-    does); they then start Horovod with sets where the last workers start it without, and
-    Horovod's start fails on the former (`comm.init` says so in one line).
-    """
+
+def layout_from_environment(env: Mapping[str, str]) -> HostLayout | None:
+    """The layout when hvdtrain's horovodrun says every host has as many workers, and this
+    worker's own place agrees; else None (the sets are then made after the start)."""
     if env.get(ELASTIC) == "1":
         return None
     try:
+        sizes = [int(size) for size in env[HOST_SIZES].split(",")]
         rank, size, local_rank, local_size, cross_rank, cross_size = (
             int(env[name]) for name in PLACE_VARIABLES)
     except (KeyError, ValueError):
         return None
-    if local_size * cross_size != size or rank != cross_rank * local_size + local_rank:
+    if set(sizes) != {local_size} or len(sizes) != cross_size or sum(sizes) != size:
+        return None
+    if rank != cross_rank * local_size + local_rank:
         return None
     return HostLayout(cross_size, local_size)
