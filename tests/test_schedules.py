@@ -157,3 +157,22 @@ def test_a_runs_world_caps_the_rate_of_local_steps_only(monkeypatch, mode, cap, 
     cfg = TrainConfig(mode=mode, local_lr_workers=cap, base_lr=0.1, batch_size=64, **options)
     world = current_world(cfg, TrainingProgress(epoch_examples=5120))
     assert world.global_batch == 512 and world.schedule.peak_lr == pytest.approx(peak)
+
+
+@pytest.mark.parametrize("mode, peak", [
+    ("local", 0.1),   # counts 8 of 8 workers of 32: sync's 0.1, not 4 workers' 0.05
+    ("async", 0.05),  # counts 4: its late rounds were not measured at 8
+    ("sync", 0.1),    # counts all 8 (global batch 256), whatever local mode's default
+])
+def test_local_steps_count_8_workers_by_default_and_async_4(monkeypatch, mode, peak):
+    from hvdtrain import comm
+    from hvdtrain.config import TrainConfig
+    from hvdtrain.progress import TrainingProgress
+    from hvdtrain.training.world import current_world
+
+    monkeypatch.setattr(comm, "size", lambda: 8)
+    monkeypatch.setattr(comm, "rank", lambda: 0)
+    cfg = TrainConfig(mode=mode, base_lr=0.1, batch_size=32)
+    world = current_world(cfg, TrainingProgress(epoch_examples=5120))
+    assert world.schedule.peak_lr == pytest.approx(peak)
+    assert cfg.resolved().local_lr_workers == {"local": 8, "async": 4}.get(mode)
