@@ -50,7 +50,8 @@ def tell_workers_the_host_sizes() -> None:
         return plan
 
     def environment(slot_info):
-        return {**slot_environment(slot_info), HOST_SIZES: plan_sizes[0]}
+        # Elastic jobs assign slots elsewhere (their driver), and go without.
+        return {**slot_environment(slot_info), **{HOST_SIZES: size for size in plan_sizes}}
 
     gloo_run.get_host_assignments = assignments
     gloo_run.create_slot_env_vars = environment

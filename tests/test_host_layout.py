@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 from horovod.runner import gloo_run
-from horovod.runner.common.util.hosts import parse_hosts
+from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 
 from hvdtrain.horovodrun import tell_workers_the_host_sizes
 from hvdtrain.host_layout import HOST_SIZES, HostLayout, layout_from_environment
@@ -89,3 +89,9 @@ def test_elastic_jobs_other_launchers_and_horovods_own_horovodrun_start_without_
     assert layout_from_environment({k: v for k, v in env.items() if k != HOST_SIZES}) is None
     assert layout_from_environment({**env, HOST_SIZES: "2,x"}) is None
     assert layout_from_environment({**env, "HOROVOD_LOCAL_SIZE": "4"}) is None  # disagrees
+
+
+def test_slots_of_an_elastic_job_which_its_driver_assigns_go_without_host_sizes(launcher):
+    # horovodrun's elastic driver assigns slots itself; only their commands pass here.
+    slot = next(iter(get_host_assignments(parse_hosts("h0:2,h1:2"), 4)))
+    assert HOST_SIZES not in gloo_run.create_slot_env_vars(slot)
