@@ -22,7 +22,7 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.host_layout import HostLayout, layout_from_environment
+from hvdtrain.host_layout import HostLayout, layout_from_environment, peer_groups
 from hvdtrain.launcher_lifetime import end_with_launcher
 
 
@@ -140,7 +140,7 @@ def _make_host_groups() -> None:
     _peer_group = None
     sizes = {len(ranks) for ranks in groups.values()}
     if len(groups) > 1 and sizes != {1} and len(sizes) == 1:
-        peers = [[ranks[place] for ranks in groups.values()] for place in range(sizes.pop())]
+        peers = peer_groups(list(groups.values()))
         place = mine.index(hvd.rank())
         _peer_group = WorkerGroup(tuple(peers[place]), len(groups),
                                   _register(peers, tuple(peers[place])))

@@ -47,8 +47,7 @@ class HostLayout:
         one worker (the one set would be all the workers)."""
         if self.per_host < 2:
             return []
-        return [[host * self.per_host + place for host in range(self.hosts)]
-                for place in range(self.per_host)]
+        return peer_groups(self.host_sets())
 
     def process_sets(self) -> list[list[int]]:
         """The sets the hierarchy uses, in the order every worker registers them: none on
@@ -56,6 +55,12 @@ class HostLayout:
         if self.hosts < 2:
             return []
         return self.host_sets() + self.peer_sets()
+
+
+def peer_groups(host_groups: list[list[int]]) -> list[list[int]]:
+    """The workers at each place in hosts of equal size: each host's first, then each
+    host's second, and so on."""
+    return [list(place) for place in zip(*host_groups)]
 
 
 def host_sizes(slots: Iterable) -> str:
