@@ -22,7 +22,8 @@ from hvdtrain import divergence
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.errors import ConfigError
 from hvdtrain.periods import LOCAL_MODES, AutoPeriod, PerWorkerPeriod, PeriodError, parse_period
-from hvdtrain.schedules import LR_SCALINGS
+from hvdtrain.schedules import (DEFAULT_LOCAL_LAMB_MAX_LR, DEFAULT_MAX_LR,
+                                 DEFAULT_MAX_LR_OTHERWISE, LR_SCALINGS, default_max_lr)
 
 # sync averages gradients every step; the local modes, the workers' state every period.
 MODES = ("sync", *LOCAL_MODES)
@@ -32,17 +33,6 @@ OPTIMIZERS = ("auto", "sgd", "adam", "lars", "lamb")
 # at 0.2 and 0.14 for some seeds), and at 512 one seed of three broke down at 0.2, where
 # 0.1 trained at every seed (BENCHMARKS.md, "A recipe for 8 to 32 workers").
 DEFAULT_LR_SCALING = "linear"
-# LAMB's own cap: at 0.03 it ended 0.6, 4.4 and 3.0 points above SGD's defaults at 8 x 64,
-# 16 x 64 and 32 x 32 (LeNet, 3 seeds each); at 0.1 it sat at chance (BENCHMARKS.md, "LARS
-# and LAMB"). LARS keeps SGD's, which its rates (10 to 30 times SGD's) need lifted.
-DEFAULT_MAX_LR = {"lamb": 0.03}
-DEFAULT_MAX_LR_OTHERWISE = 0.1
-# Flat local mode's LAMB steps are one worker's batch each, and a round's mean of 32 such
-# steps likely cancels much of their noise and with it their length: at 32 x 32 a cap of
-# 0.06 (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
-# 2 epochs and 0.45 over 5, at every seed, and level with it at 16 x 64 (+0.05); in sync
-# mode 0.06 cost 4.4 points (BENCHMARKS.md, "5 epochs at 32 x 32").
-DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
 # LARS's trust coefficient (You et al. 2017).
 LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
@@ -87,13 +77,6 @@ MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet
 # Gradient groups sized to the model (hvdtrain.buckets): a fixed 25 MB left a small
 # model's gradients in one group that could leave only after back-propagation.
 DEFAULT_BUCKET_MB = "auto"
-
-
-def default_max_lr(optimizer: str, mode: str, hierarchical: bool) -> float:
-    """The cap on the peak rate when --max-lr is not given."""
-    if optimizer == "lamb" and mode == "local" and not hierarchical:
-        return DEFAULT_LOCAL_LAMB_MAX_LR
-    return DEFAULT_MAX_LR.get(optimizer, DEFAULT_MAX_LR_OTHERWISE)
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, *,

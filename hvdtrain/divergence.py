@@ -40,6 +40,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+from hvdtrain.schedules import DEFAULT_LOCAL_LAMB_MAX_LR, DEFAULT_MAX_LR
+
 WINDOW = 20
 FACTOR = 1.5
 RECOVERED = 0.9
@@ -131,12 +133,13 @@ def divergence_message(reason: str, step: int, peak_lr: float | None,
                        global_batch: int, lamb: bool = False) -> str:
     """The one line a diverged run ends with: where, at what rate, and what to try. The
     cap it suggests is a quarter of the peak: LeNet's 0.4 at a global batch of 1024
-    diverged, half of it too, a quarter trained. LAMB at 0.03 trained there at every seed,
+    diverged, half of it too, a quarter trained. LAMB at its cap trained there at every seed,
     above SGD; LARS trained below it at every peak tried (BENCHMARKS.md, "LARS and LAMB").
     `lamb`: the run's optimizer is LAMB already, so it is not suggested."""
     peak = f"peak learning rate {peak_lr:.4g}" if peak_lr is not None else "its learning rate"
     cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
-    other = "" if lamb else (", --optimizer lamb (its peak is capped at 0.03, 0.06 in flat "
+    other = "" if lamb else (f", --optimizer lamb (its peak is capped at "
+                             f"{DEFAULT_MAX_LR['lamb']:g}, {DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat "
                              "local mode)")
     return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
             f"{global_batch}); try --lr-scaling sqrt, {cap}{other}, or a lower --base-lr "

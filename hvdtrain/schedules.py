@@ -16,6 +16,17 @@ REFERENCE_BATCH = 256
 # sqrt, base x sqrt(B/256), which keeps the variance of a step's update (Krizhevsky
 # 2014, Hoffer et al. 2017); none, base whatever B is.
 LR_SCALINGS = ("linear", "sqrt", "none")
+# LAMB's own cap: at 0.03 it ended 0.6, 4.4 and 3.0 points above SGD's defaults at 8 x 64,
+# 16 x 64 and 32 x 32 (LeNet, 3 seeds each); at 0.1 it sat at chance (BENCHMARKS.md, "LARS
+# and LAMB"). LARS keeps SGD's, which its rates (10 to 30 times SGD's) need lifted.
+DEFAULT_MAX_LR = {"lamb": 0.03}
+DEFAULT_MAX_LR_OTHERWISE = 0.1
+# Flat local mode's LAMB steps are one worker's batch each, and a round's mean of 32 such
+# steps likely cancels much of their noise and with it their length: at 32 x 32 a cap of
+# 0.06 (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
+# 2 epochs and 0.45 over 5, at every seed, and level with it at 16 x 64 (+0.05); in sync
+# mode 0.06 cost 4.4 points (BENCHMARKS.md, "5 epochs at 32 x 32").
+DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
 # Step decay multiplies the rate by 0.1 at these fractions of the post-warmup steps.
 STEP_DECAY_POINTS = (0.5, 0.75)
 
@@ -34,6 +45,13 @@ def scaled_lr(base_lr: float, global_batch: int, scaling: str = "linear",
     else:
         raise ValueError(f"unknown learning-rate scaling {scaling!r}")
     return min(rate, max_lr) if max_lr > 0 else rate
+
+
+def default_max_lr(optimizer: str, mode: str, hierarchical: bool) -> float:
+    """The cap on the peak rate when --max-lr is not given."""
+    if optimizer == "lamb" and mode == "local" and not hierarchical:
+        return DEFAULT_LOCAL_LAMB_MAX_LR
+    return DEFAULT_MAX_LR.get(optimizer, DEFAULT_MAX_LR_OTHERWISE)
 
 
 @dataclass(frozen=True)
