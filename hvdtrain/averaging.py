@@ -31,6 +31,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+# The longest period QSR sets: at a rate of zero the rule has none (it would be infinite).
+QSR_LONGEST = 1_000_000
+
 
 def is_local_sync_step(step: int, n_sync: int, warm_start_steps: int = 0) -> bool:
     """True when completed step `step` (1-based) ends a round of n_sync local steps."""
@@ -57,6 +60,23 @@ def adacomm_period(loss: float, initial_loss: float, initial_period: int,
     ratio = min(max(loss, 0.0) / initial_loss, 1.0)
     # The tolerance keeps √0.09 · 10 = 3.0000000000000004 at 3.
     return max(minimum, min(initial_period, math.ceil(math.sqrt(ratio) * initial_period - 1e-9)))
+
+
+def quadratic_period(rate: float, peak: float, base: int, growth: float) -> int:
+    """The quadratic synchronization rule (QSR, Gu et al. 2024): H = max(H_base, ⌊(α/η)²⌋)
+    with α = `growth` × `peak`, the highest rate of the run so far.
+
+    A high rate needs frequent rounds (the workers drift apart at its pace), while as the
+    rate decays local steps cost little and add a drift towards flatter minima, so the
+    period grows as 1/η². Measuring α against the peak makes one setting fit any scale
+    of rate: at growth 1 the period leaves `base` once the rate falls below the peak
+    divided by √(base + 1). While the rate rises (warmup) it is its own peak so far, and
+    the period stays at max(base, ⌊growth²⌋). A rate of zero or below (the end of a decay)
+    gives `QSR_LONGEST`: no more rounds but the epoch's and the run's last.
+    """
+    if not (math.isfinite(rate) and math.isfinite(peak)) or rate <= 0:
+        return QSR_LONGEST
+    return max(base, min(QSR_LONGEST, math.floor((growth * max(peak, rate) / rate) ** 2 + 1e-9)))
 
 
 def is_epoch_end(step: int, steps_per_epoch: int) -> bool:

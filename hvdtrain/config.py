@@ -21,7 +21,8 @@ import yaml
 from hvdtrain import divergence
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.errors import ConfigError
-from hvdtrain.periods import LOCAL_MODES, AutoPeriod, PerWorkerPeriod, PeriodError, parse_period
+from hvdtrain.periods import (LOCAL_MODES, AutoPeriod, PerWorkerPeriod, Period, PeriodError,
+                              QuadraticPeriod, parse_period)
 from hvdtrain.schedules import (DEFAULT_LOCAL_LAMB_MAX_LR, DEFAULT_MAX_LR,
                                  DEFAULT_MAX_LR_OTHERWISE, LR_SCALINGS, default_max_lr)
 
@@ -198,7 +199,10 @@ class TrainConfig:
         "and 2); N/workers:M: the same, never below M steps (40/workers:5: 5 at 8 workers "
         "and beyond); auto: the period adapts to training, AdaComm's rule "
         "ceil(sqrt(loss / first loss) * 32) on the workers' averaged training loss since the "
-        "last round, set anew at every round and never below 2 (auto:N starts from N)",
+        "last round, set anew at every round and never below 2 (auto:N starts from N); "
+        "qsr:B:G: the quadratic synchronization rule (Gu et al. 2024), max(B, floor((G * "
+        "peak / rate)^2)) steps from the learning rate at each round, peak the highest rate "
+        "so far: B steps while the rate is high, more as it decays (qsr:B: G = 1; qsr: B = 2)",
         modes=LOCAL_MODES, elsewhere="ignored", default_per_mode=DEFAULT_N_SYNC)
     sync_seconds: float | None = _opt(
         None, "local and async modes: average every this many seconds of each worker's wall "
@@ -522,7 +526,7 @@ def _check_timed(cfg: "TrainConfig") -> None:
                           f"{cfg.sync_seconds} ends each epoch at a round")
     if cfg.mode not in LOCAL_MODES:
         raise ConfigError(f"--sync-seconds needs --mode local or async, got --mode {cfg.mode}")
-    if isinstance(n_sync_period(cfg), AutoPeriod):
+    if isinstance(n_sync_period(cfg), (AutoPeriod, QuadraticPeriod)):
         raise ConfigError(f"--n-sync {cfg.n_sync} adapts a period of steps; --sync-seconds "
                           "sets rounds by time instead: give one of them")
     if cfg.eval_every:
@@ -556,7 +560,7 @@ def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:
                           f"--checkpoint-every {cfg.checkpoint_every}")
 
 
-def n_sync_period(cfg: TrainConfig) -> int | AutoPeriod | PerWorkerPeriod | None:
+def n_sync_period(cfg: TrainConfig) -> Period | None:
     """--n-sync read as a period (`hvdtrain.periods`), None when not given; a bad one
     raises ConfigError naming the flag."""
     if cfg.n_sync is None:

@@ -2,7 +2,8 @@
 
 A period is a number of local steps between two averaging rounds, given as a fixed
 number (100), per worker (40/workers, 40/workers:5), per host for hierarchical local
-SGD (40/hosts) or adaptive (auto, auto:48). Pure: the trainer's options
+SGD (40/hosts), adaptive to the loss (auto, auto:48) or following the learning rate
+(qsr, qsr:1, qsr:1:1.5). Pure: the trainer's options
 (`hvdtrain.config`), the Keras layer and the cost model all read periods here, and each
 names its own flag or argument when one is wrong.
 """
@@ -23,7 +24,14 @@ LOCAL_MODES = ("local", "async")
 AUTO_INITIAL_PERIOD = 32
 AUTO_MIN_PERIOD = 2
 
+# qsr: the quadratic synchronization rule (hvdtrain.averaging.quadratic_period) from this
+# base period, its growth 1 (the period grows as soon as the rate falls below the peak
+# over √(base + 1)); "qsr:B" and "qsr:B:G" set them.
+QSR_BASE = 2
+QSR_GROWTH = 1.0
+
 _GRAMMAR = re.compile(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)(?::(\d+))?")
+_QSR = re.compile(r"qsr(?::(\d+)(?::(\d+(?:\.\d*)?|\.\d+))?)?")
 
 
 class PeriodError(ConfigError, ValueError):
@@ -35,8 +43,9 @@ class PeriodError(ConfigError, ValueError):
     def __init__(self, spec: Any):
         self.spec = spec
         self.problem = (f"must be a positive integer, got {spec!r} (or N/workers, N/hosts, "
-                        "N/workers:M for at least M steps, auto, or auto:N to start the "
-                        "adaptive period at N)")
+                        "N/workers:M for at least M steps, auto, auto:N to start the "
+                        "adaptive period at N, or qsr, qsr:B or qsr:B:G for a period of at "
+                        "least B steps that grows as the learning rate decays)")
         super().__init__(f"a period {self.problem}")
 
 
@@ -71,16 +80,39 @@ class PerWorkerPeriod:
         return max(self.minimum, -(-self.worker_steps // max(1, count)))
 
 
-def parse_period(spec: Any) -> int | AutoPeriod | PerWorkerPeriod:
+@dataclass(frozen=True)
+class QuadraticPeriod:
+    """qsr:B:G: a period of at least `base` steps that grows as (G × peak rate / rate)²
+    as the learning rate decays (`hvdtrain.averaging.quadratic_period`)."""
+
+    base: int = QSR_BASE
+    growth: float = QSR_GROWTH
+
+
+Period = int | AutoPeriod | PerWorkerPeriod | QuadraticPeriod
+
+
+def parse_period(spec: Any) -> Period:
     """100, "100" -> 100; "auto" -> AutoPeriod(); "auto:48" -> AutoPeriod(48);
     "40/workers" -> PerWorkerPeriod(40); "40/workers:5" -> PerWorkerPeriod(40, minimum=5);
-    anything else raises PeriodError."""
+    "qsr:1:1.5" -> QuadraticPeriod(1, 1.5); anything else raises PeriodError."""
     text = "" if isinstance(spec, bool) else str(spec).strip().lower().replace(" ", "")
-    match = _GRAMMAR.fullmatch(text)
-    period = _period_of(*match.groups()) if match else None
+    qsr = _QSR.fullmatch(text)
+    if qsr:
+        period = _quadratic(*qsr.groups())
+    else:
+        match = _GRAMMAR.fullmatch(text)
+        period = _period_of(*match.groups()) if match else None
     if period is None:
         raise PeriodError(spec)
     return period
+
+
+def _quadratic(base: str | None, growth: str | None) -> QuadraticPeriod | None:
+    """qsr's period, or None for a base or growth of zero."""
+    period = QuadraticPeriod(int(base) if base else QSR_BASE,
+                             float(growth) if growth else QSR_GROWTH)
+    return period if period.base > 0 and period.growth > 0 else None
 
 
 def _period_of(steps: str | None, auto_initial: str | None, worker_steps: str | None,
@@ -97,7 +129,7 @@ def _period_of(steps: str | None, auto_initial: str | None, worker_steps: str | 
     return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial)) if initial > 0 else None
 
 
-def resolve_period(spec: Any, workers: int, hosts: int) -> int | AutoPeriod:
+def resolve_period(spec: Any, workers: int, hosts: int) -> int | AutoPeriod | QuadraticPeriod:
     """The period a job of `workers` workers on `hosts` hosts uses: N/workers and N/hosts
     come to their steps, anything else is as `parse_period` reads it."""
     period = parse_period(spec)
@@ -106,7 +138,7 @@ def resolve_period(spec: Any, workers: int, hosts: int) -> int | AutoPeriod:
 
 def period_label(spec: Any, workers: int, hosts: int) -> int | str:
     """How tables name a period at `workers` workers on `hosts` hosts: its steps (N/workers
-    and N/hosts resolved), or the word it was given (auto, auto:48)."""
+    and N/hosts resolved), or the word it was given (auto, auto:48, qsr:1)."""
     period = resolve_period(spec, workers, hosts)
     return period if isinstance(period, int) else str(spec)
 

@@ -12,9 +12,10 @@ Pure Python: no TensorFlow, no Keras, so each policy is tested on its own.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
-from hvdtrain.averaging import adacomm_period, is_local_sync_step, is_warm_start_end
+from hvdtrain.averaging import (adacomm_period, is_local_sync_step, is_warm_start_end,
+                                quadratic_period)
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.timed_rounds import RoundTimer
 
@@ -138,6 +139,50 @@ class AdaptivePeriod:
         loss, n_sync, next_round = saved
         self.initial_loss = None if math.isnan(loss) else float(loss)
         self.n_sync, self.next_round = int(n_sync), int(next_round)
+
+
+class RateFollowingPeriod:
+    """A round every `n_sync` local steps, the period set anew at each round from the
+    learning rate of the last step, by the quadratic synchronization rule
+    (`averaging.quadratic_period`).
+
+    `rate()` reads that rate. Every worker's optimizer has taken the same steps when a
+    round is held (rounds every n steps keep them in step), so all read the same rate and
+    set the same period. The peak is the highest rate read at a round so far, so a
+    warmup's rising rate keeps the base period.
+    """
+
+    def __init__(self, base: int, growth: float, rate: Callable[[], float],
+                 warm_start_steps: int = 0):
+        self.base = base
+        self.growth = growth
+        self.rate = rate
+        self.peak = 0.0
+        self.n_sync = base
+        self.next_round = warm_start_steps + base
+
+    def due(self, done: range) -> bool:
+        return done.stop - 1 >= self.next_round
+
+    def held(self, step: int) -> None:
+        """A round of this trigger ran after completed step `step`: set the period from
+        the rate now, and count it from there."""
+        rate = float(self.rate())
+        self.peak = max(self.peak, rate)
+        self.n_sync = quadratic_period(rate, self.peak, self.base, self.growth)
+        self.next_round = step + self.n_sync
+
+    def restart(self) -> None:
+        """Nothing to restart: the step count is the clock."""
+
+    def saved(self) -> tuple[float, int, int]:
+        """What every worker must share to hold the same rounds: (the peak so far, the
+        period in force, the step of the next round), kept as the adaptive period's is."""
+        return self.peak, self.n_sync, self.next_round
+
+    def restore(self, saved: Sequence[float]) -> None:
+        peak, n_sync, next_round = saved
+        self.peak, self.n_sync, self.next_round = float(peak), int(n_sync), int(next_round)
 
 
 class LossSinceRound:

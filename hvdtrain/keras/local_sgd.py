@@ -42,16 +42,18 @@ from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.fragmented_rounds import FragmentedAverager, FragmentedOverlap
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
+from hvdtrain.keras.rate_rounds import RateReport, RateRounds
 from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport
 from hvdtrain.keras.round_runner import RoundRunner
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
-                                  optimizer_step, set_optimizer_step)
+                                  current_learning_rate, optimizer_step, set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
-from hvdtrain.periods import AutoPeriod, PerWorkerPeriod, parse_period
+from hvdtrain.periods import (AutoPeriod, PerWorkerPeriod, Period, QuadraticPeriod,
+                              parse_period)
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.round_policy import Act, RoundPolicy
 from hvdtrain.round_triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
-                                     EveryTSeconds, WarmStartEnd)
+                                     EveryTSeconds, RateFollowingPeriod, WarmStartEnd)
 from hvdtrain.save_plan import SavePlan
 from hvdtrain.timed_rounds import RoundTimer
 
@@ -64,7 +66,11 @@ class LocalSGD(keras.callbacks.Callback):
         "N/workers" gives ceil(N / workers) steps for the workers of each fit; "auto"
         (or "auto:N") sets the period anew at every round from the workers' averaged
         training loss since the last one, by AdaComm's rule ⌈√(F / F₀) · τ₀⌉ with τ₀ = 32
-        (or N) and F₀ the first period's loss, never below 2 (`adaptive_rounds`).
+        (or N) and F₀ the first period's loss, never below 2 (`adaptive_rounds`);
+        "qsr:B:G" (or "qsr:B", G = 1; "qsr", B = 2) sets it at every round from the
+        optimizer's learning rate η by the quadratic synchronization rule,
+        max(B, ⌊(G · peak / η)²⌋) with peak the highest rate at a round so far
+        (Gu et al. 2024; `rate_rounds`).
       warm_start_steps: steps trained before going local, as `warm_start` says.
       warm_start: "sync": gradients are averaged every step of the warm start
         (post-local SGD, Lin et al. 2018); needs an optimizer made by
@@ -227,6 +233,9 @@ class LocalSGD(keras.callbacks.Callback):
         self.adaptive = AdaptiveRounds(AdaptivePeriod(
             period.initial, period.minimum, warm_start_steps)) if isinstance(
                 period, AutoPeriod) else None
+        self.rate_rounds = RateRounds(RateFollowingPeriod(
+            period.base, period.growth, self._rate, warm_start_steps)) if isinstance(
+                period, QuadraticPeriod) else None
         self.trigger = self._make_trigger(period, sync_seconds, clock)
         self.consensus = ConsensusWanted(self.policy.saves.step_intervals)
         self.report = self._make_report()
@@ -246,6 +255,8 @@ class LocalSGD(keras.callbacks.Callback):
     def _make_trigger(self, period, sync_seconds, clock):
         if self.adaptive is not None:
             return self.adaptive.trigger
+        if self.rate_rounds is not None:
+            return self.rate_rounds.trigger
         if sync_seconds is not None:
             return EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
         return EveryNSteps(period, self.warm.steps)
@@ -253,6 +264,8 @@ class LocalSGD(keras.callbacks.Callback):
     def _make_report(self) -> NoReport:
         if self.adaptive is not None:
             return LossReport(self.adaptive)
+        if self.rate_rounds is not None:
+            return RateReport(self.rate_rounds)
         if self.timed is not None:
             return CountReport(self.timed, self._follow_job_step)
         return NoReport()
@@ -273,13 +286,15 @@ class LocalSGD(keras.callbacks.Callback):
     def kept_state(self) -> dict[str, list]:
         """State beyond the model's and the optimizer's that a checkpoint and an elastic
         commit must keep, by name (after `attach`): the outer optimizer's momentum buffers,
-        and the adaptive period's schedule. (SlowMo's x0 is not among them: every save is
+        and the adaptive or rate-following period's schedule. (SlowMo's x0 is not among them: every save is
         a round, after which x0 is the model itself.)"""
         kept = {}
         if self.averager is not None and self.averager.outer_state:
             kept["outer_momentum"] = self.averager.outer_state
         if self.adaptive is not None:
             kept["round_schedule"] = [self.adaptive.kept]
+        if self.rate_rounds is not None:
+            kept["round_schedule"] = [self.rate_rounds.kept]
         return kept
 
     def attach(self, model: keras.Model) -> ModelStateAverager | FragmentedAverager:
@@ -310,6 +325,8 @@ class LocalSGD(keras.callbacks.Callback):
         set_optimizer_step(self.model.optimizer, self.progress.steps)
         if self.adaptive is not None:
             self.adaptive.take_kept()
+        if self.rate_rounds is not None:
+            self.rate_rounds.take_kept()
         warming = self.warm.warming(self.progress.steps)
         self.runner.trace(warming)
         if averaging is not None:  # hierarchical: a host's workers average every step
@@ -395,6 +412,10 @@ class LocalSGD(keras.callbacks.Callback):
         self._do(act)
         return contextlib.nullcontext()
 
+    def _rate(self) -> float:
+        """The learning rate of the last step, which a rate-following period reads."""
+        return float(current_learning_rate(self.model.optimizer))
+
     @property
     def _warming(self) -> bool:
         return self.warm.warming(self.progress.steps)
@@ -477,21 +498,21 @@ class LocalSGD(keras.callbacks.Callback):
         self.timed.stopped = True
 
 
-def _period(n_sync) -> int | AutoPeriod | PerWorkerPeriod:
+def _period(n_sync) -> Period:
     try:
         return parse_period(n_sync)
     except ConfigError:
-        raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\" or "
-                         f"\"auto:N\", got {n_sync!r}") from None
+        raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\", "
+                            f"\"auto:N\" or \"qsr:B:G\", got {n_sync!r}") from None
 
 
-def _checked_period(n_sync, sync_seconds) -> int | AutoPeriod | PerWorkerPeriod | None:
+def _checked_period(n_sync, sync_seconds) -> Period | None:
     """The period of steps (None when only `sync_seconds` sets rounds), refused in one line
     where it cannot be."""
     if n_sync is None and sync_seconds is None:
         raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
     period = _period(n_sync) if n_sync is not None else None
-    if isinstance(period, AutoPeriod) and sync_seconds is not None:
+    if isinstance(period, (AutoPeriod, QuadraticPeriod)) and sync_seconds is not None:
         raise ArgumentError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
                             f"and sync_seconds={sync_seconds!r}")
     return period
