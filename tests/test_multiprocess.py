@@ -35,6 +35,10 @@ RUNS = {
     "plain_local1": dict(PLAIN_LOCAL, n_sync=1),
     "plain_local3": dict(PLAIN_LOCAL, n_sync=3),
     "plain_local_per_worker": dict(PLAIN_LOCAL, n_sync="6/workers"),  # 3 at 2
+    # The quadratic synchronization rule: at a constant rate its base period; under a
+    # cosine decay fewer rounds as the rate falls.
+    "plain_local_qsr_constant": dict(PLAIN_LOCAL, n_sync="qsr:1"),
+    "local_qsr_cosine": dict(PLAIN_LOCAL, n_sync="qsr:1", lr_decay="cosine"),
     "slowmo_identity": dict(PLAIN_LOCAL, n_sync=3, outer_optimizer="slowmo",
                             outer_lr=1.0, outer_momentum=0.0),
     "slowmo_momentum": dict(PLAIN_LOCAL, n_sync=3, outer_optimizer="slowmo",
@@ -244,6 +248,18 @@ def test_a_period_per_worker_trains_as_the_number_it_comes_to(trained):
     _assert_same_on_both_ranks(ranks, "trainable", atol=0)
     assert (ranks[0]["summary"]["n_sync"], ranks[0]["summary"]["n_sync_rule"]) == (3, "6/workers")
     assert ranks[0]["summary"]["averaging_rounds"] == 3
+
+
+def test_a_rate_following_period_rounds_at_its_base_while_the_rate_holds_and_less_as_it_falls(
+        trained):
+    _, results, _ = trained
+    constant = results["plain_local_qsr_constant"]
+    np.testing.assert_array_equal(constant[0]["trainable"], results["plain_local1"][0]["trainable"])
+    assert constant[0]["summary"]["averaging_rounds"] == 8
+    decaying = results["local_qsr_cosine"]
+    _assert_same_on_both_ranks(decaying, "trainable", atol=0)
+    # 8 steps from the peak: rounds after steps 1 to 4, then 6, then the epoch's end at 8.
+    assert decaying[0]["summary"]["averaging_rounds"] == 6
 
 
 def test_slowmo_with_alpha_1_beta_0_matches_plain_local_sgd(trained):
