@@ -94,30 +94,16 @@ class ConsensusWanted:
         return wanted
 
 
-class AdaptivePeriod:
-    """A round every `n_sync` local steps, the period set anew at each round from the
-    workers' averaged training loss by AdaComm's rule (`averaging.adacomm_period`).
+class PeriodSetAtRounds:
+    """A round every `n_sync` local steps, counted from the last of its rounds: the base
+    of the periods a rule sets anew at each round."""
 
-    The first loss learnt (the mean over the first period) is F₀. Every worker learns
-    the same mean at the same round, so all hold the same period and the same rounds.
-    """
-
-    def __init__(self, initial_period: int, minimum: int = 1, warm_start_steps: int = 0):
-        self.initial_period = initial_period
-        self.minimum = minimum
-        self.n_sync = initial_period
-        self.initial_loss: float | None = None
-        self.next_round = warm_start_steps + initial_period
+    def __init__(self, n_sync: int, warm_start_steps: int = 0):
+        self.n_sync = n_sync
+        self.next_round = warm_start_steps + n_sync
 
     def due(self, done: range) -> bool:
         return done.stop - 1 >= self.next_round
-
-    def learn(self, mean_loss: float) -> None:
-        """The workers' mean training loss over the last period: set the period from it."""
-        if self.initial_loss is None:
-            self.initial_loss = mean_loss
-        self.n_sync = adacomm_period(mean_loss, self.initial_loss, self.initial_period,
-                                     self.minimum)
 
     def held(self, step: int) -> None:
         """A round of this trigger ran after completed step `step`: count the next period
@@ -126,6 +112,28 @@ class AdaptivePeriod:
 
     def restart(self) -> None:
         """Nothing to restart: the step count is the clock."""
+
+
+class AdaptivePeriod(PeriodSetAtRounds):
+    """A round every `n_sync` local steps, the period set anew at each round from the
+    workers' averaged training loss by AdaComm's rule (`averaging.adacomm_period`).
+
+    The first loss learnt (the mean over the first period) is F₀. Every worker learns
+    the same mean at the same round, so all hold the same period and the same rounds.
+    """
+
+    def __init__(self, initial_period: int, minimum: int = 1, warm_start_steps: int = 0):
+        super().__init__(initial_period, warm_start_steps)
+        self.initial_period = initial_period
+        self.minimum = minimum
+        self.initial_loss: float | None = None
+
+    def learn(self, mean_loss: float) -> None:
+        """The workers' mean training loss over the last period: set the period from it."""
+        if self.initial_loss is None:
+            self.initial_loss = mean_loss
+        self.n_sync = adacomm_period(mean_loss, self.initial_loss, self.initial_period,
+                                     self.minimum)
 
     def saved(self) -> tuple[float, int, int]:
         """What every worker must share to hold the same rounds: (F₀, or NaN while unknown;
@@ -141,7 +149,7 @@ class AdaptivePeriod:
         self.n_sync, self.next_round = int(n_sync), int(next_round)
 
 
-class RateFollowingPeriod:
+class RateFollowingPeriod(PeriodSetAtRounds):
     """A round every `n_sync` local steps, the period set anew at each round from the
     learning rate of the last step, by the quadratic synchronization rule
     (`averaging.quadratic_period`).
@@ -154,15 +162,11 @@ class RateFollowingPeriod:
 
     def __init__(self, base: int, growth: float, rate: Callable[[], float],
                  warm_start_steps: int = 0):
+        super().__init__(base, warm_start_steps)
         self.base = base
         self.growth = growth
         self.rate = rate
         self.peak = 0.0
-        self.n_sync = base
-        self.next_round = warm_start_steps + base
-
-    def due(self, done: range) -> bool:
-        return done.stop - 1 >= self.next_round
 
     def held(self, step: int) -> None:
         """A round of this trigger ran after completed step `step`: set the period from
@@ -170,10 +174,7 @@ class RateFollowingPeriod:
         rate = float(self.rate())
         self.peak = max(self.peak, rate)
         self.n_sync = quadratic_period(rate, self.peak, self.base, self.growth)
-        self.next_round = step + self.n_sync
-
-    def restart(self) -> None:
-        """Nothing to restart: the step count is the clock."""
+        super().held(step)
 
     def saved(self) -> tuple[float, int, int]:
         """What every worker must share to hold the same rounds: (the peak so far, the

@@ -15,33 +15,21 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain import comm
+from hvdtrain.keras.kept_schedule import KeptSchedule
 from hvdtrain.round_triggers import AdaptivePeriod, LossSinceRound
 
 REPORT_LENGTH = 2      # (sum of losses, steps)
 REPORT_BYTES = 8 * REPORT_LENGTH
 
 
-class AdaptiveRounds:
-    """The adaptive trigger, and the loss it learns from."""
+class AdaptiveRounds(KeptSchedule):
+    """The adaptive trigger, its schedule kept with the model, and the loss it learns from."""
 
     def __init__(self, trigger: AdaptivePeriod):
-        self.trigger = trigger
+        super().__init__(trigger, "adaptive_period")
         self.loss = LossSinceRound()
         self._total = None
         self._traced_for = None
-        # The trigger's schedule as a variable, so that it travels as the model does: in
-        # checkpoints, elastic commits and rank 0's initial broadcast (`keep`, `take_kept`).
-        self.kept = tf.Variable(trigger.saved(), dtype=tf.float64, trainable=False,
-                                name="adaptive_period")
-
-    def keep(self) -> None:
-        """Write the schedule into `kept`: after every round that changed it."""
-        self.kept.assign(self.trigger.saved())
-
-    def take_kept(self) -> None:
-        """Go on with the schedule in `kept`: at every fit's start, after rank 0's state
-        (a checkpoint's, an elastic commit's) has reached every worker."""
-        self.trigger.restore(self.kept.numpy().tolist())
 
     def observe(self, batch: int, logs) -> None:
         if logs is not None and "loss" in logs:

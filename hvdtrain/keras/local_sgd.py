@@ -42,8 +42,8 @@ from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.fragmented_rounds import FragmentedAverager, FragmentedOverlap
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.overlap import OverlappedRounds
-from hvdtrain.keras.rate_rounds import RateReport, RateRounds
-from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport
+from hvdtrain.keras.kept_schedule import KeptSchedule
+from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport, RateReport
 from hvdtrain.keras.round_runner import RoundRunner
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
                                   current_learning_rate, optimizer_step, set_optimizer_step)
@@ -70,7 +70,7 @@ class LocalSGD(keras.callbacks.Callback):
         "qsr:B:G" (or "qsr:B", G = 1; "qsr", B = 2) sets it at every round from the
         optimizer's learning rate η by the quadratic synchronization rule,
         max(B, ⌊(G · peak / η)²⌋) with peak the highest rate at a round so far
-        (Gu et al. 2024; `rate_rounds`).
+        (Gu et al. 2024; `hvdtrain.round_triggers.RateFollowingPeriod`).
       warm_start_steps: steps trained before going local, as `warm_start` says.
       warm_start: "sync": gradients are averaged every step of the warm start
         (post-local SGD, Lin et al. 2018); needs an optimizer made by
@@ -233,9 +233,9 @@ class LocalSGD(keras.callbacks.Callback):
         self.adaptive = AdaptiveRounds(AdaptivePeriod(
             period.initial, period.minimum, warm_start_steps)) if isinstance(
                 period, AutoPeriod) else None
-        self.rate_rounds = RateRounds(RateFollowingPeriod(
-            period.base, period.growth, self._rate, warm_start_steps)) if isinstance(
-                period, QuadraticPeriod) else None
+        self.rate_rounds = KeptSchedule(RateFollowingPeriod(
+            period.base, period.growth, self._rate, warm_start_steps), "rate_period") \
+            if isinstance(period, QuadraticPeriod) else None
         self.trigger = self._make_trigger(period, sync_seconds, clock)
         self.consensus = ConsensusWanted(self.policy.saves.step_intervals)
         self.report = self._make_report()
@@ -286,8 +286,8 @@ class LocalSGD(keras.callbacks.Callback):
     def kept_state(self) -> dict[str, list]:
         """State beyond the model's and the optimizer's that a checkpoint and an elastic
         commit must keep, by name (after `attach`): the outer optimizer's momentum buffers,
-        and the adaptive or rate-following period's schedule. (SlowMo's x0 is not among them: every save is
-        a round, after which x0 is the model itself.)"""
+        and the adaptive or rate-following period's schedule. (SlowMo's x0 is not among
+        them: every save is a round, after which x0 is the model itself.)"""
         kept = {}
         if self.averager is not None and self.averager.outer_state:
             kept["outer_momentum"] = self.averager.outer_state

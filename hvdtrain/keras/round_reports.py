@@ -8,6 +8,9 @@ round carries it, and the sum arrives with the round's mean, one period later.
 - `LossReport`: `n_sync="auto"`: the training loss since the last round, from which every
   worker sets the same next period (`hvdtrain.keras.adaptive_rounds`). Only the
   trigger's own rounds carry it, after the state.
+- `RateReport`: `n_sync="qsr:B:G"`: nothing travels, since every worker reads the same
+  learning rate from its own optimizer; after each of the trigger's rounds the period it
+  set is kept with the model (`hvdtrain.keras.kept_schedule`).
 - `CountReport`: rounds every T seconds: the examples and steps each worker took
   (`hvdtrain.timed_rounds`). Every round carries it once the workers are out of step, a
   blocking one before the state, since the job's step it gives sets the learning rate
@@ -24,6 +27,7 @@ import numpy as np
 
 from hvdtrain import comm
 from hvdtrain.keras.adaptive_rounds import REPORT_LENGTH, AdaptiveRounds
+from hvdtrain.keras.kept_schedule import KeptSchedule
 from hvdtrain.keras.timed_epochs import TimedEpochs
 
 
@@ -52,6 +56,14 @@ class NoReport:
 
     def round_held(self) -> None:
         """After the trigger held a round, of either kind."""
+
+
+class RateReport(NoReport):
+    def __init__(self, schedule: KeptSchedule):
+        self.schedule = schedule
+
+    def round_held(self) -> None:
+        self.schedule.keep()
 
 
 class LossReport(NoReport):
