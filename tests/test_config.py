@@ -163,7 +163,7 @@ def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
 
 @pytest.mark.parametrize("saved, overrides, workers, hosts", [
     ("16/workers", {}, 8, 1),                           # 2 steps under either
-    ("40/workers:2", {}, 32, 1),                        # 2 under either
+    ("40/workers:2", {"batch_size": 16}, 32, 1),        # 2 under either (SGD at 512)
     ("40/hosts", {"hierarchical_sgd": True}, 80, 20),   # 2 steps under either
     ("16/workers", {"n_sync": "2"}, 8, 1),              # the default, given
 ])
@@ -179,9 +179,44 @@ def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_
     assert plan_resume(cfg, Job(workers, hosts)).checkpoint is None  # no refusal
 
 
+@pytest.mark.parametrize("optimizer, workers, batch, hierarchical, period", [
+    ("sgd", 32, 64, False, 2),
+    ("lamb", 2, 16, False, 1),       # LAMB given: every step whatever the batch
+    ("auto", 16, 32, False, 2),      # 512: auto takes SGD
+    ("auto", 16, 64, False, 1),      # 1,024: LAMB, every step
+    ("auto", 32, 32, False, 1),
+    ("lamb", 16, 64, True, 2),       # the hierarchy keeps its own default
+])
+def test_flat_local_mode_rounds_every_step_on_lamb_and_every_2_otherwise(
+        optimizer, workers, batch, hierarchical, period):
+    from hvdtrain.optimizer_choice import settled
+
+    cfg = load_config(None, {"mode": "local", "optimizer": optimizer, "batch_size": batch,
+                             "hierarchical_sgd": hierarchical}).resolved()
+    assert (cfg.n_sync is None) == (optimizer == "auto")  # set once auto has chosen
+    assert settled(cfg, workers).n_sync == period
+    given = load_config(None, {"mode": "local", "optimizer": optimizer, "n_sync": 5,
+                               "batch_size": batch}).resolved()
+    assert settled(given, workers).n_sync == 5
+
+
+def test_a_lamb_local_run_saved_with_rounds_every_2_steps_is_refused_naming_both(tmp_path):
+    from hvdtrain.training.resume import Job, plan_resume
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"mode": "local", "optimizer": "lamb", "batch_size": 32, "n_sync": 2}))
+    cfg = load_config(None, {"mode": "local", "batch_size": 32, "out": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"--n-sync is 1 but the run was started with 2: "
+                                          r"1 and 2 steps at 32 workers \(give --n-sync 2"):
+        plan_resume(cfg.resolved(), Job(32, 1))
+    cfg = load_config(None, {"mode": "local", "batch_size": 32, "n_sync": 2,
+                             "out": str(tmp_path)})
+    assert plan_resume(cfg.resolved(), Job(32, 1)).checkpoint is None
+
+
 @pytest.mark.parametrize("saved, overrides, workers, hosts, steps", [
     ("40/workers:5", {}, 8, 1, "2 and 5 steps at 8 workers"),
-    ("40/workers", {}, 16, 1, "2 and 3 steps at 16 workers"),
+    ("40/workers", {"batch_size": 32}, 16, 1, "2 and 3 steps at 16 workers"),
     ("40/hosts", {"hierarchical_sgd": True}, 32, 16, "2 and 3 steps at 32 workers on 16 hosts"),
     (6, {}, 8, 1, "2 and 6 steps at 8 workers"),
 ])
@@ -195,7 +230,7 @@ def test_a_local_run_saved_under_another_period_is_refused_in_one_line_where_the
     with pytest.raises(ConfigError) as refused:
         plan_resume(cfg, Job(workers, hosts))
     assert str(refused.value) == (
-        f"cannot resume {tmp_path}: --n-sync is {cfg.n_sync!r} but the run was started with "
+        f"cannot resume {tmp_path}: --n-sync is 2 but the run was started with "
         f"{saved!r}: {steps} (give --n-sync {saved} to go on with the run's period)")
 
 

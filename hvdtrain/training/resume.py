@@ -15,7 +15,7 @@ from hvdtrain import comm
 from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, ignored_in, load_config,
                              option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
-from hvdtrain.optimizer_choice import AUTO
+from hvdtrain.optimizer_choice import AUTO, settled
 from hvdtrain.periods import LOCAL_MODES, job_size, resolve_period
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
@@ -119,6 +119,8 @@ def _checked_same_run(cfg: TrainConfig, job: Job) -> str:
 def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> None:
     if cfg.optimizer == AUTO:  # it keeps the optimizer the run took, and that one's cap
         cfg = dataclasses.replace(cfg, optimizer=saved.optimizer).resolved()
+    if cfg.optimizer == AUTO:  # saved before auto chose: the period a new run would take
+        cfg = dataclasses.replace(cfg, n_sync=settled(cfg, job.workers).n_sync)
     ignored = set(RESUMABLE_CHANGES)
     if cfg.mode == saved.mode:  # e.g. a sync run saved under an older default period
         ignored.update(ignored_in(cfg.mode))
@@ -132,25 +134,25 @@ def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> None:
                 f"but the run was started with {getattr(saved, name)!r}{why}")
 
 
-def _takes_default_period(cfg: TrainConfig, saved: TrainConfig) -> bool:
+def _takes_default_period(cfg: TrainConfig, saved: TrainConfig, job: Job) -> bool:
     """Whether a local run resumes under its mode's default period (no --n-sync given, or
     the default given) where the run saved another, e.g. an older default (40/hosts
     before 40/hosts:5)."""
-    default = dataclasses.replace(cfg, n_sync=None).resolved().n_sync
+    default = settled(dataclasses.replace(cfg, n_sync=None).resolved(), job.workers).n_sync
     return cfg.mode == saved.mode and cfg.mode in LOCAL_MODES and cfg.n_sync == default
 
 
 def _default_period_as_saved(cfg: TrainConfig, saved: TrainConfig, job: Job) -> bool:
     """The default period comes to the saved one's steps for this job: the run goes on as
     it was (under the default from here on, which config.yaml then records)."""
-    return _takes_default_period(cfg, saved) and \
+    return _takes_default_period(cfg, saved, job) and \
         resolve_period(cfg.n_sync, job.workers, job.hosts) == \
         resolve_period(saved.n_sync, job.workers, job.hosts)
 
 
 def _period_steps(cfg: TrainConfig, saved: TrainConfig, job: Job) -> str:
     """Why the default period does not continue the saved one, and how to keep it."""
-    if not _takes_default_period(cfg, saved):
+    if not _takes_default_period(cfg, saved, job):
         return ""
     now, then = (resolve_period(c.n_sync, job.workers, job.hosts) for c in (cfg, saved))
     if not isinstance(then, int):  # auto: no steps to compare

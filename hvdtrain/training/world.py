@@ -52,7 +52,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | N
     replicas = hosts if cfg.hierarchical_sgd else workers
     if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or replicas < 2:
         return None
-    cfg = cfg.resolved()
+    cfg = settled(cfg.resolved(), workers)  # auto's choice sets local mode's period
     period = resolve_period(cfg.n_sync, workers, hosts)
     slots = 0
     if cfg.average_optimizer_state:
