@@ -393,7 +393,7 @@ class TrainConfig:
         if self.max_lr is None and self.optimizer != "auto":  # set once auto has chosen
             changes["max_lr"] = default_max_lr(self.optimizer, self.mode, self.hierarchical_sgd)
         if self.n_sync is None and self.mode == "local" and not self.hierarchical_sgd:
-            changes.update(_local_period(self.optimizer))
+            changes["n_sync"] = _flat_local_period(self.optimizer)
         if self.hierarchical_sgd and self.n_sync is None:
             # A host's workers hold one model: the replicas that drift apart are the hosts.
             changes["n_sync"] = DEFAULT_HOST_N_SYNC[self.mode]
@@ -428,13 +428,12 @@ def ignored_in(mode: str) -> frozenset[str]:
                      if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "ignored")
 
 
-def _local_period(optimizer: str) -> dict[str, Any]:
-    """Flat local mode's default period: every step on LAMB, else every 2 steps; none yet
-    while `--optimizer auto` has not chosen (`hvdtrain.optimizer_choice.settled`)."""
+def _flat_local_period(optimizer: str) -> int | None:
+    """Flat local mode's default period: every step on LAMB, else every 2 steps; None while
+    `--optimizer auto` has not chosen (`hvdtrain.optimizer_choice.settled`)."""
     if optimizer == "auto":
-        return {"n_sync": None}
-    return {"n_sync": DEFAULT_LOCAL_LAMB_N_SYNC if optimizer == "lamb"
-            else DEFAULT_N_SYNC["local"]}
+        return None
+    return DEFAULT_LOCAL_LAMB_N_SYNC if optimizer == "lamb" else DEFAULT_N_SYNC["local"]
 
 
 def refused_in(mode: str) -> tuple[tuple[str, Any], ...]:
