@@ -71,9 +71,10 @@ def quadratic_period(rate: float, peak: float, base: int, growth: float) -> int:
     period grows as 1/η² (over 5 epochs of LeNet it cost accuracy here: BENCHMARKS.md,
     "Rounds every step from a global batch of 1,024"). Measuring α against the peak makes
     one setting fit any scale of rate: at growth 1 the period leaves `base` once the rate
-    falls below the peak divided by √(base + 1). While the rate rises (warmup) it is its own peak so far, and
-    the period stays at max(base, ⌊growth²⌋). A rate of zero or below (the end of a decay)
-    gives `QSR_LONGEST`: no more rounds but the epoch's and the run's last.
+    falls below the peak divided by √(base + 1). While the rate rises (warmup) it is its
+    own peak so far, and the period stays at max(base, ⌊growth²⌋). A rate of zero or below
+    (the end of a decay) gives `QSR_LONGEST`: no more rounds but the epoch's and the run's
+    last.
     """
     if not (math.isfinite(rate) and math.isfinite(peak)) or rate <= 0:
         return QSR_LONGEST
