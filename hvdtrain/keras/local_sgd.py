@@ -291,10 +291,8 @@ class LocalSGD(keras.callbacks.Callback):
         kept = {}
         if self.averager is not None and self.averager.outer_state:
             kept["outer_momentum"] = self.averager.outer_state
-        if self.adaptive is not None:
-            kept["round_schedule"] = [self.adaptive.kept]
-        if self.rate_rounds is not None:
-            kept["round_schedule"] = [self.rate_rounds.kept]
+        if self._schedule is not None:
+            kept["round_schedule"] = [self._schedule.kept]
         return kept
 
     def attach(self, model: keras.Model) -> ModelStateAverager | FragmentedAverager:
@@ -323,10 +321,8 @@ class LocalSGD(keras.callbacks.Callback):
         self.attach(self.model)
         self._start_together()
         set_optimizer_step(self.model.optimizer, self.progress.steps)
-        if self.adaptive is not None:
-            self.adaptive.take_kept()
-        if self.rate_rounds is not None:
-            self.rate_rounds.take_kept()
+        if self._schedule is not None:
+            self._schedule.take_kept()
         warming = self.warm.warming(self.progress.steps)
         self.runner.trace(warming)
         if averaging is not None:  # hierarchical: a host's workers average every step
@@ -411,6 +407,11 @@ class LocalSGD(keras.callbacks.Callback):
             return self.runner.view()
         self._do(act)
         return contextlib.nullcontext()
+
+    @property
+    def _schedule(self) -> KeptSchedule | None:
+        """The period's schedule kept with the model (auto's or qsr's), if it has one."""
+        return self.adaptive or self.rate_rounds
 
     def _rate(self) -> float:
         """The learning rate of the last step, which a rate-following period reads."""
