@@ -343,7 +343,8 @@ class TrainConfig:
     keep_checkpoints: int = _opt(3, "how many of the newest checkpoints to keep", resumable=True)
     resume: str = _opt(
         "auto", "auto: continue from the newest sound checkpoint in the run folder if there is "
-                "one; never: refuse a folder that holds a run; or a checkpoint folder to start from",
+                "one, with the run's saved options where this command gives the defaults; "
+                "never: refuse a folder that holds a run; or a checkpoint folder to start from",
         resumable=True)
     elastic: bool = _opt(
         False, "elastic training: keep going when workers leave or join (run under horovodrun "

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from hvdtrain.cli import build_parser, main
 from hvdtrain.config import TrainConfig
@@ -147,12 +148,31 @@ def test_a_folder_that_holds_a_run_is_not_overwritten(tmp_path, idx_dataset_dir)
     run.mkdir()
     (run / "config.yaml").write_text("epochs: 1\n")
     result = subprocess.run(
-        [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--out", str(run)],
-        capture_output=True, text=True, timeout=120)
+        [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--out", str(run),
+         "--epochs", "3"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert (f"cannot resume {run}: --epochs is 2 but the run was started with 1"
+    assert (f"cannot resume {run}: --epochs is 3 but the run was started with 1"
             in result.stderr)
     assert (run / "config.yaml").read_text() == "epochs: 1\n"
+
+
+@pytest.mark.slow
+def test_the_same_command_after_an_upgrade_goes_on_with_the_runs_options(tmp_path,
+                                                                        idx_dataset_dir):
+    # A run started when the defaults were others (here: 1 epoch, batch 32) and stopped
+    # before its first checkpoint: the command without those options continues it as it was.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("epochs: 1\nbatch_size: 32\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--out", str(run),
+         "--no-validate"], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"hvdtrain: resuming {run} as it was started: --epochs 1, --batch-size 32 (this "
+            "command gave the defaults, which differ)") in result.stdout
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["epochs"], saved["batch_size"], saved["validate"]) == (1, 32, False)
+    assert json.loads((run / "summary.json").read_text())["global_batch"] == 32
 
 
 @pytest.mark.slow

@@ -152,31 +152,44 @@ def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
     # Sync runs used to save the local period's default (10); sync mode never reads it.
     (tmp_path / "config.yaml").write_text("n_sync: 10\n")
     cfg = load_config(None, {"out": str(tmp_path)}).resolved()
-    assert cfg.n_sync is None and plan_resume(cfg, Job(1, 1)).checkpoint is None
-    # A local run's period is what it trains by: a different one is refused in one line.
+    assert cfg.n_sync is None and plan_resume(cfg, Job(1, 1)).kept == {}
+    # A local run's period is what it trains by: the command's default keeps the saved one,
+    # a period given otherwise is refused in one line.
     (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 10\n")
-    with pytest.raises(ConfigError, match="--n-sync is 2 but the run was started "
-                                          "with 10"):
-        plan_resume(load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved(),
-                    Job(1, 1))
+    cfg = load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved()
+    assert plan_resume(cfg, Job(1, 1)).kept == {"n_sync": 10}
+    with pytest.raises(ConfigError, match="^cannot resume .*: --n-sync is 5 but the run was "
+                                          "started with 10$"):
+        plan_resume(load_config(None, {"mode": "local", "n_sync": 5,
+                                       "out": str(tmp_path)}).resolved(), Job(1, 1))
 
 
-@pytest.mark.parametrize("saved, overrides, workers, hosts", [
-    ("16/workers", {}, 8, 1),                           # 2 steps under either
-    ("40/workers:2", {"batch_size": 16}, 32, 1),        # 2 under either (SGD at 512)
-    ("40/hosts", {"hierarchical_sgd": True}, 80, 20),   # 2 steps under either
-    ("16/workers", {"n_sync": "2"}, 8, 1),              # the default, given
+@pytest.mark.parametrize("saved, overrides, workers, hosts, kept", [
+    ("16/workers", {}, 8, 1, False),                        # 2 steps under either
+    ("40/workers:2", {"batch_size": 16}, 32, 1, False),     # 2 under either (SGD at 512)
+    ("40/hosts", {"hierarchical_sgd": True}, 80, 20, False),  # 2 steps under either
+    ("40/workers:5", {}, 8, 1, True),                       # 5 steps against today's 2
+    ("40/hosts", {"hierarchical_sgd": True}, 32, 16, True),   # 3 steps against 2
+    (6, {}, 8, 1, True),
 ])
-def test_a_local_run_saved_under_the_old_default_period_resumes_where_the_steps_agree(
-        tmp_path, saved, overrides, workers, hosts):
+def test_a_local_run_saved_under_an_old_default_period_resumes_under_it(
+        tmp_path, saved, overrides, workers, hosts, kept):
     from hvdtrain.training.resume import Job, plan_resume
 
     # Local mode's default was 40/workers, then 40/workers:5, now 2 (hierarchical: 40/hosts,
-    # then 40/hosts:5, now 2).
+    # then 40/hosts:5, now 2). Where the steps agree, the run goes on under today's default.
     (tmp_path / "config.yaml").write_text(
         yaml.safe_dump(dict(overrides, mode="local", n_sync=saved)))
     cfg = load_config(None, dict(overrides, mode="local", out=str(tmp_path))).resolved()
-    assert plan_resume(cfg, Job(workers, hosts)).checkpoint is None  # no refusal
+    assert plan_resume(cfg, Job(workers, hosts)).kept == ({"n_sync": saved} if kept else {})
+
+
+def test_a_period_given_as_steps_resumes_a_run_saved_with_a_rule_of_the_same_steps(tmp_path):
+    from hvdtrain.training.resume import Job, plan_resume
+
+    (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 16/workers\n")
+    cfg = load_config(None, {"mode": "local", "n_sync": "2", "out": str(tmp_path)}).resolved()
+    assert plan_resume(cfg, Job(8, 1)).kept == {}  # 2 steps at 8 workers under either
 
 
 @pytest.mark.parametrize("optimizer, workers, batch, hierarchical, period", [
@@ -200,38 +213,56 @@ def test_flat_local_mode_rounds_every_step_on_lamb_and_every_2_otherwise(
     assert settled(given, workers).n_sync == 5
 
 
-def test_a_lamb_local_run_saved_with_rounds_every_2_steps_is_refused_naming_both(tmp_path):
+def test_a_lamb_local_run_saved_with_rounds_every_2_steps_goes_on_with_them(tmp_path):
     from hvdtrain.training.resume import Job, plan_resume
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(
         {"mode": "local", "optimizer": "lamb", "batch_size": 32, "n_sync": 2}))
     cfg = load_config(None, {"mode": "local", "batch_size": 32, "out": str(tmp_path)})
-    with pytest.raises(ConfigError, match=r"--n-sync is 1 but the run was started with 2: "
-                                          r"1 and 2 steps at 32 workers \(give --n-sync 2"):
-        plan_resume(cfg.resolved(), Job(32, 1))
+    plan = plan_resume(cfg.resolved(), Job(32, 1))
+    assert (plan.optimizer, plan.kept) == ("lamb", {"n_sync": 2})  # auto keeps LAMB, and 2
     cfg = load_config(None, {"mode": "local", "batch_size": 32, "n_sync": 2,
                              "out": str(tmp_path)})
-    assert plan_resume(cfg.resolved(), Job(32, 1)).checkpoint is None
+    assert plan_resume(cfg.resolved(), Job(32, 1)).kept == {}
 
 
-@pytest.mark.parametrize("saved, overrides, workers, hosts, steps", [
-    ("40/workers:5", {}, 8, 1, "2 and 5 steps at 8 workers"),
-    ("40/workers", {"batch_size": 32}, 16, 1, "2 and 3 steps at 16 workers"),
-    ("40/hosts", {"hierarchical_sgd": True}, 32, 16, "2 and 3 steps at 32 workers on 16 hosts"),
-    (6, {}, 8, 1, "2 and 6 steps at 8 workers"),
+@pytest.mark.parametrize("saved, given, message", [
+    ({"mode": "local", "n_sync": "40/workers:5"}, {"mode": "local", "elastic": True},
+     "--n-sync is 2 but the run was started with '40/workers:5' (give --n-sync 40/workers:5 "
+     "to go on)"),
+    ({"mode": "local", "hierarchical_sgd": True}, {"mode": "local"},
+     "--hierarchical-sgd is False but the run was started with True (give "
+     "--hierarchical-sgd to go on)"),
+    ({"epochs": 3}, {"epochs": 4}, "--epochs is 4 but the run was started with 3"),
 ])
-def test_a_local_run_saved_under_another_period_is_refused_in_one_line_where_the_steps_differ(
-        tmp_path, saved, overrides, workers, hosts, steps):
+def test_an_option_given_otherwise_fixed_at_start_or_of_an_elastic_run_is_refused_naming_it(
+        tmp_path, saved, given, message):
     from hvdtrain.training.resume import Job, plan_resume
 
-    (tmp_path / "config.yaml").write_text(
-        yaml.safe_dump(dict(overrides, mode="local", n_sync=saved)))
-    cfg = load_config(None, dict(overrides, mode="local", out=str(tmp_path))).resolved()
+    # An elastic run's workers do not all see the resume plan, and Horovod's process sets
+    # are made before the run folder is read: neither can take the saved value instead.
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     with pytest.raises(ConfigError) as refused:
-        plan_resume(cfg, Job(workers, hosts))
-    assert str(refused.value) == (
-        f"cannot resume {tmp_path}: --n-sync is 2 but the run was started with "
-        f"{saved!r}: {steps} (give --n-sync {saved} to go on with the run's period)")
+        plan_resume(load_config(None, dict(given, out=str(tmp_path))).resolved(), Job(8, 4))
+    assert str(refused.value) == f"cannot resume {tmp_path}: {message}"
+
+
+def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
+    from hvdtrain.training.resume import Job, kept_notice, plan_resume
+
+    # Every option the command leaves at its default takes the run's: the mode too, and
+    # with it the mode's own defaults.
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"mode": "local", "n_sync": 7, "epochs": 3, "round_compression": "fp16",
+         "average_optimizer_state": True}))
+    cfg = load_config(None, {"out": str(tmp_path), "log_every": 5}).resolved()
+    plan = plan_resume(cfg, Job(4, 1))
+    assert plan.kept == {"epochs": 3, "local_lr_workers": 8, "mode": "local", "n_sync": 7,
+                         "average_optimizer_state": True, "round_compression": "fp16"}
+    assert kept_notice(str(tmp_path), plan.kept) == (
+        f"hvdtrain: resuming {tmp_path} as it was started: --epochs 3, --local-lr-workers 8, "
+        "--mode local, --n-sync 7, --average-optimizer-state, --round-compression fp16 (this "
+        "command gave the defaults, which differ)")
 
 
 def test_a_period_given_other_than_the_default_must_be_the_one_saved(tmp_path):
@@ -241,4 +272,4 @@ def test_a_period_given_other_than_the_default_must_be_the_one_saved(tmp_path):
     cfg = load_config(None, {"mode": "local", "n_sync": "5", "out": str(tmp_path)}).resolved()
     with pytest.raises(ConfigError, match="^cannot resume .*: --n-sync is 5 but the run was "
                                           "started with '40/workers'$"):
-        plan_resume(cfg, Job(8, 1))
+        plan_resume(cfg, Job(4, 1))  # 10 steps against 5

@@ -15,8 +15,8 @@ from hvdtrain import comm
 from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, ignored_in, load_config,
                              option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
-from hvdtrain.optimizer_choice import AUTO, settled
-from hvdtrain.periods import LOCAL_MODES, job_size, resolve_period
+from hvdtrain.optimizer_choice import settled
+from hvdtrain.periods import resolve_period
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
 
@@ -29,6 +29,8 @@ class ResumePlan:
     newer: list[str] = field(default_factory=list)
     # The optimizer the resumed run took (`--optimizer auto` keeps it), when it is this run.
     optimizer: str | None = None
+    # Saved options the resumed run keeps over this command's defaults (`kept_notice`).
+    kept: dict[str, Any] = field(default_factory=dict)
 
 
 def on_chief(compute: Callable[[], Any], name: str) -> Any:
@@ -64,12 +66,12 @@ def plan_resume(cfg: TrainConfig, job: Job) -> ResumePlan:
     _check_unfinished(cfg)
     if cfg.resume == "never":
         raise ConfigError(problem)
-    optimizer = _checked_same_run(cfg, job)
+    optimizer, kept = _checked_same_run(cfg, job)
     path, saved, problems = store.newest_sound()
     notes = [f"skipping damaged checkpoint {p}" for p in problems]
     if path is None and problems:
         raise ConfigError(f"no sound checkpoint to resume in {store.folder}: {problems[0]}")
-    return ResumePlan(path, saved, notes, optimizer=optimizer)
+    return ResumePlan(path, saved, notes, optimizer=optimizer, kept=kept)
 
 
 def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) -> ResumePlan:
@@ -81,11 +83,11 @@ def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) ->
         raise ConfigError(f"--resume {problem}")
     if store.holds(path):
         _check_unfinished(cfg)
-        optimizer = None
+        optimizer, kept = None, {}
         if os.path.exists(os.path.join(cfg.out, run_folder.CONFIG)):
-            optimizer = _checked_same_run(cfg, job)
+            optimizer, kept = _checked_same_run(cfg, job)
         return ResumePlan(path, saved, newer=store.newer_than(saved.progress.steps),
-                          optimizer=optimizer)
+                          optimizer=optimizer, kept=kept)
     problem = run_folder.existing_run_problem(cfg.out)
     if problem and os.path.isdir(cfg.out):  # another run's folder: its files are not ours
         raise ConfigError(f"{problem} to start from {path}, which is not one of its "
@@ -108,57 +110,77 @@ def _saved_config(cfg: TrainConfig) -> TrainConfig:
     return load_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved()
 
 
-def _checked_same_run(cfg: TrainConfig, job: Job) -> str:
+# Options that shape the job before the run folder is read (Horovod's process sets, the
+# devices, elastic launching): a resumed run must be given them as the run was.
+FIXED_AT_START = frozenset({"elastic", "hierarchical_sgd", "model_parallel"})
+
+
+def _checked_same_run(cfg: TrainConfig, job: Job) -> tuple[str, dict[str, Any]]:
     """Refuse to resume the run in --out under another configuration; return the
-    optimizer it took (which `--optimizer auto` keeps)."""
-    saved = _saved_config(cfg)
-    _check_same_run(cfg, saved, job)
-    return saved.optimizer
+    optimizer it took (which `--optimizer auto` keeps) and the saved values it keeps where
+    this command left an option at its default."""
+    # A config.yaml saved before `auto` chose takes auto's choice for this job.
+    saved = settled(_saved_config(cfg), job.workers)
+    kept = _check_same_run(cfg, saved, job)
+    dataclasses.replace(cfg, **kept).validate_values()
+    return saved.optimizer, kept
 
 
-def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> None:
-    if cfg.optimizer == AUTO:  # it keeps the optimizer the run took, and that one's cap
-        cfg = dataclasses.replace(cfg, optimizer=saved.optimizer).resolved()
-    if cfg.optimizer == AUTO:  # saved before auto chose: the period a new run would take
-        cfg = dataclasses.replace(cfg, n_sync=settled(cfg, job.workers).n_sync)
+def _check_same_run(cfg: TrainConfig, saved: TrainConfig, job: Job) -> dict[str, Any]:
+    """The options the run keeps as saved: those that differ where this command gives the
+    default (an upgrade may have changed it since, and running the same command again is
+    how a stopped run goes on). An option given other than saved is refused; so is any
+    difference in an elastic run, whose workers do not all see the resume plan, and in
+    the options fixed at start."""
+    now = settled(cfg, job.workers, saved.optimizer)  # auto as the run took it
     ignored = set(RESUMABLE_CHANGES)
-    if cfg.mode == saved.mode:  # e.g. a sync run saved under an older default period
-        ignored.update(ignored_in(cfg.mode))
-    if _default_period_as_saved(cfg, saved, job):
-        ignored.add("n_sync")
+    if cfg.mode == saved.mode or _is_default(cfg, "mode"):
+        ignored.update(ignored_in(saved.mode))  # e.g. a sync run saved under an older period
+    kept = {}
     for name in TrainConfig.field_names():
-        if name not in ignored and getattr(saved, name) != getattr(cfg, name):
-            why = _period_steps(cfg, saved, job) if name == "n_sync" else ""
+        if name in ignored or _same(name, getattr(saved, name), getattr(now, name), job):
+            continue
+        given = not _is_default(cfg, name)
+        if given or cfg.elastic or name in FIXED_AT_START:
+            hint = "" if given else f" (give {_as_given(name, getattr(saved, name))} to go on)"
             raise ConfigError(
-                f"cannot resume {cfg.out}: {option_flag(name)} is {getattr(cfg, name)!r} "
-                f"but the run was started with {getattr(saved, name)!r}{why}")
+                f"cannot resume {cfg.out}: {option_flag(name)} is {getattr(now, name)!r} but "
+                f"the run was started with {getattr(saved, name)!r}{hint}")
+        kept[name] = getattr(saved, name)
+    return kept
 
 
-def _takes_default_period(cfg: TrainConfig, saved: TrainConfig, job: Job) -> bool:
-    """Whether a local run resumes under its mode's default period (no --n-sync given, or
-    the default given) where the run saved another, e.g. an older default (40/hosts
-    before 40/hosts:5)."""
-    default = settled(dataclasses.replace(cfg, n_sync=None).resolved(), job.workers).n_sync
-    return cfg.mode == saved.mode and cfg.mode in LOCAL_MODES and cfg.n_sync == default
+def _same(name: str, saved: Any, now: Any, job: Job) -> bool:
+    """Equal values; for the period, equal steps for this job (`40/workers` and 5 at 8)."""
+    if name == "n_sync" and saved is not None and now is not None:
+        return resolve_period(saved, job.workers, job.hosts) == \
+            resolve_period(now, job.workers, job.hosts)
+    return saved == now
 
 
-def _default_period_as_saved(cfg: TrainConfig, saved: TrainConfig, job: Job) -> bool:
-    """The default period comes to the saved one's steps for this job: the run goes on as
-    it was (under the default from here on, which config.yaml then records)."""
-    return _takes_default_period(cfg, saved, job) and \
-        resolve_period(cfg.n_sync, job.workers, job.hosts) == \
-        resolve_period(saved.n_sync, job.workers, job.hosts)
+def _is_default(cfg: TrainConfig, name: str) -> bool:
+    """Whether `cfg` holds option `name` at its default for this configuration (given or
+    not: a command cannot tell the two apart)."""
+    default = dataclasses.replace(cfg, **{name: _declared_default(name)}).resolved()
+    return getattr(default, name) == getattr(cfg, name)
 
 
-def _period_steps(cfg: TrainConfig, saved: TrainConfig, job: Job) -> str:
-    """Why the default period does not continue the saved one, and how to keep it."""
-    if not _takes_default_period(cfg, saved, job):
-        return ""
-    now, then = (resolve_period(c.n_sync, job.workers, job.hosts) for c in (cfg, saved))
-    if not isinstance(then, int):  # auto: no steps to compare
-        return ""
-    return (f": {now} and {then} steps at {job_size(job.workers, job.hosts)} (give --n-sync "
-            f"{saved.n_sync} to go on with the run's period)")
+def _as_given(name: str, value: Any) -> str:
+    """The option as a command gives it: `--n-sync 2`, `--hierarchical-sgd`, `--no-xla`."""
+    if isinstance(value, bool):
+        return option_flag(name) if value else "--no-" + option_flag(name)[2:]
+    return f"{option_flag(name)} {value}"
+
+
+def _declared_default(name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(TrainConfig) if f.name == name)
+
+
+def kept_notice(out: str, kept: dict[str, Any]) -> str:
+    """Rank 0's line when a resumed run keeps saved options over this command's defaults."""
+    options = ", ".join(_as_given(name, value) for name, value in kept.items())
+    return (f"hvdtrain: resuming {out} as it was started: {options} (this command gave "
+            f"the defaults, which differ)")
 
 
 def restore_on_chief(plan: ResumePlan, state: tf.train.Checkpoint, cfg: TrainConfig) -> None:

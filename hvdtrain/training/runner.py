@@ -31,8 +31,8 @@ from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_v
                                      save_plan, state_callback, use_world)
 from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make_checkpointer
 from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, naming_bad_input
-from hvdtrain.training.resume import (Job, ResumePlan, load_initial_weights, on_chief,
-                                      plan_resume, restore_on_chief)
+from hvdtrain.training.resume import (Job, ResumePlan, kept_notice, load_initial_weights,
+                                      on_chief, plan_resume, restore_on_chief)
 from hvdtrain.training.start import StartedWorker, start_worker
 from hvdtrain.training.summary import run_summary
 from hvdtrain.training.world import (World, costly_period_warning, current_world,
@@ -77,7 +77,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     if cfg.elastic:  # a worker that joins later must take what the others took, on its own
         cfg = _settle_optimizer(cfg, None)
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())
-    cfg = _settle_optimizer(cfg, plan.optimizer)
+    cfg = _settle_optimizer(_keep_saved(cfg, plan), plan.optimizer)
     data = _training_data(cfg)
     # Checkpoints, logs and the final weights are written as training goes: a full disk
     # or a folder removed meanwhile is named in one line too.
@@ -138,6 +138,15 @@ def _run_folder_and_plan(cfg: TrainConfig,
         (cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), start), name="run_dir")
     cfg = replace(cfg, out=run_dir)
     return cfg, on_chief(lambda: plan_resume(cfg, _job()), name="resume_plan"), start
+
+
+def _keep_saved(cfg: TrainConfig, plan: ResumePlan) -> TrainConfig:
+    """`cfg` with the saved options a resumed run keeps over this command's defaults."""
+    if not plan.kept:
+        return cfg
+    if comm.is_chief():
+        print(kept_notice(cfg.out, plan.kept), flush=True)
+    return replace(cfg, **plan.kept)
 
 
 def _settle_optimizer(cfg: TrainConfig, resumed: str | None) -> TrainConfig:
