@@ -49,6 +49,19 @@ def test_bytes_are_a_share_of_the_reference_settings():
     assert [r["bytes_share"] for r in rows] == [1.0, 0.25]
 
 
+def test_the_reference_is_subtracted_seed_by_seed_over_the_seeds_both_finished():
+    runs = [_run("sync-s1", 0.80, 400), _run("sync-s2", 0.84, 400), _run("sync-s3", 0.86, 400),
+            _run("int8-s1", 0.81, 100), _run("int8-s2", 0.845, 100), _run("int8-s3"),
+            _run("int8-s4", 0.90, 100), _run("other", 0.9, 100)]
+    sync, int8, other = summarize(runs, reference="sync")
+    mean, half = mean_ci95([1.0, 0.5])  # seed 3 stopped, seed 4 has no pair
+    assert int8["paired_diff_mean"] == pytest.approx(mean)
+    assert int8["paired_diff_ci95"] == pytest.approx(half)
+    assert (int8["paired_seeds"], int8["paired_higher"]) == (2, 2)
+    assert sync["paired_diff_mean"] is None and other["paired_seeds"] is None  # no seeds
+    assert f"| {mean:+.2f} ± {half:.2f} (2 of 2 higher) |" in markdown([int8])
+
+
 def _folder(root, name, accuracy):
     run = root / name
     run.mkdir()

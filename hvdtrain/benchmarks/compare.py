@@ -4,7 +4,11 @@ A setting is every run folder whose name differs only in a trailing `-s<seed>`, 
 names `hvdtrain sweep --seeds` gives. The table holds, per setting, the mean test
 accuracy with the half-width of its 95% interval (Student's t, `hvdtrain.stats`), the
 lowest run, and the bytes a worker sent and the wall time, each a mean over the runs;
-with `--reference`, bytes as a share of that setting's too. A run without a summary has
+with `--reference`, bytes as a share of that setting's too, and the accuracy's
+difference from it paired by seed: the mean of each seed's difference with its 95%
+interval, and at how many of those seeds the setting ended higher. Runs of one seed
+share their data order and initial weights, so the paired interval is the narrower
+one for telling two settings apart. A run without a summary has
 no accuracy: it is counted, not averaged, so a setting that lost a seed shows it; as
 diverged when `hvdtrain sweep` recorded that the divergence guard stopped it
 (diverged.json), else as stopped (a crash, or a guard's stop outside a sweep).
@@ -25,7 +29,8 @@ from hvdtrain.training import run_folder
 SEED_NAME = re.compile(r"^(?P<setting>.+)-s(?P<seed>\d+)$")
 COLUMNS = ("setting", "runs", "stopped", "diverged", "seeds", "test_accuracy_mean",
            "test_accuracy_ci95", "test_accuracy_min", "bytes_per_worker", "bytes_share",
-           "wall_seconds")
+           "wall_seconds", "paired_diff_mean", "paired_diff_ci95", "paired_seeds",
+           "paired_higher")
 
 
 def setting_of(name: str) -> tuple[str, int | None]:
@@ -44,7 +49,26 @@ def summarize(runs: list[dict], reference: str | None = None) -> list[dict]:
     rows = [_row(setting, members) for setting, members in groups.items()]
     if reference is not None:
         _add_shares(rows, reference)
+        for row in rows:
+            row.update(paired(groups[row["setting"]], groups[reference]))
     return rows
+
+
+def paired(members: list[dict], reference: list[dict]) -> dict:
+    """A setting's accuracy less the reference's, seed by seed, over the seeds both
+    finished: mean and 95% half-width in points, how many seeds, at how many higher."""
+    mine, theirs = _accuracy_by_seed(members), _accuracy_by_seed(reference)
+    differences = [mine[seed] - theirs[seed] for seed in sorted(mine.keys() & theirs.keys())]
+    if not differences or members is reference:
+        return dict.fromkeys(COLUMNS[COLUMNS.index("paired_diff_mean"):])
+    mean, half = mean_ci95(differences)
+    return {"paired_diff_mean": mean, "paired_diff_ci95": half,
+            "paired_seeds": len(differences), "paired_higher": sum(d > 0 for d in differences)}
+
+
+def _accuracy_by_seed(members: list[dict]) -> dict[int, float]:
+    return {setting_of(m["name"])[1]: 100.0 * m["summary"]["test_accuracy"] for m in members
+            if m["summary"] is not None and setting_of(m["name"])[1] is not None}
 
 
 def _row(setting: str, members: list[dict]) -> dict:
@@ -54,9 +78,10 @@ def _row(setting: str, members: list[dict]) -> dict:
            "stopped": len(members) - len(done) - diverged,
            "seeds": " ".join(str(setting_of(m["name"])[1]) for m in members
                              if setting_of(m["name"])[1] is not None),
-           "bytes_share": None}
+           "bytes_share": None, **dict.fromkeys(COLUMNS[COLUMNS.index("paired_diff_mean"):])}
     if not done:
-        return {**row, **dict.fromkeys(COLUMNS[COLUMNS.index("test_accuracy_mean"):])}
+        return {**row, **dict.fromkeys(COLUMNS[COLUMNS.index("test_accuracy_mean"):
+                                               COLUMNS.index("paired_diff_mean")])}
     accuracy = [100.0 * s["test_accuracy"] for s in done]
     mean, half = mean_ci95(accuracy)
     return {**row, "test_accuracy_mean": mean, "test_accuracy_ci95": half,
@@ -85,18 +110,28 @@ def _add_shares(rows: list[dict], reference: str) -> None:
 def markdown(rows: list[dict]) -> str:
     """The table as Markdown, accuracy in percent, bytes in MB."""
     lines = ["| setting | runs | test accuracy % (95% CI) | lowest | MB a worker sent "
-             "| share of bytes | wall s |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| share of bytes | wall s | − reference, paired by seed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lost = [f"{r[k]} {k}" for k in ("diverged", "stopped") if r.get(k)]
         runs = f"{r['runs']}" + (f" ({', '.join(lost)})" if lost else "")
         if r["test_accuracy_mean"] is None:
-            lines.append(f"| {r['setting']} | {runs} | | | | | |")
+            lines.append(f"| {r['setting']} | {runs} | | | | | | |")
             continue
         share = "" if r["bytes_share"] is None else f"{r['bytes_share']:.2f}"
         lines.append(f"| {r['setting']} | {runs} | {r['test_accuracy_mean']:.2f} ± "
                      f"{r['test_accuracy_ci95']:.2f} | {r['test_accuracy_min']:.2f} | "
-                     f"{r['bytes_per_worker'] / 1e6:.1f} | {share} | {r['wall_seconds']:.0f} |")
+                     f"{r['bytes_per_worker'] / 1e6:.1f} | {share} | {r['wall_seconds']:.0f} | "
+                     f"{_paired_cell(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _paired_cell(row: dict) -> str:
+    """'+0.09 ± 0.10 (3 of 3 higher)'; empty without a reference or a seed in common."""
+    if row.get("paired_diff_mean") is None:
+        return ""
+    return (f"{row['paired_diff_mean']:+.2f} ± {row['paired_diff_ci95']:.2f} "
+            f"({row['paired_higher']} of {row['paired_seeds']} higher)")
 
 
 def load_runs(paths: list[str]) -> list[dict]:
@@ -140,8 +175,9 @@ def add_parser(commands) -> None:
                         help="run folders of hvdtrain train, or folders holding them (a "
                              "sweep folder stands for its runs/)")
     parser.add_argument("--reference", default=None, metavar="SETTING",
-                        help="a setting whose bytes a worker sent the others are shown as "
-                             "a share of (e.g. a sync run's) (default: no share column)")
+                        help="a setting the others are compared with: their bytes a worker "
+                             "sent as a share of its, and their accuracy less its, paired by "
+                             "seed (e.g. a sync run's) (default: neither column)")
     parser.add_argument("--csv", default=None, metavar="FILE.csv",
                         help="also write the table as CSV, bytes in bytes (default: none)")
     parser.set_defaults(handler=run)
