@@ -18,6 +18,8 @@ from hvdtrain import quantize
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
 from hvdtrain.periods import PerWorkerPeriod, parse_period, resolve_period
+from hvdtrain.round_triggers import RateFollowingPeriod
+from hvdtrain.schedules import ScheduleSpec, learning_rate_at
 
 PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,
              momentum=0.0, warmup_epochs=0.0, lr_decay="constant")
@@ -35,6 +37,8 @@ RUNS = {  # the first run starts Horovod, with the host groups hierarchical runs
     # rounds across hosts every step too it is flat local SGD at period 1, momentum and all.
     "every1_momentum": dict(HIERARCHICAL, n_sync=1, momentum=0.9),
     "flat1_momentum": dict(PLAIN, mode="local", n_sync=1, momentum=0.9, round_compression="none"),
+    # The quadratic synchronization rule across hosts: rounds thin out as the cosine decays.
+    "qsr_cosine": dict(HIERARCHICAL, n_sync="qsr:1", lr_decay="cosine"),
 }
 
 
@@ -145,6 +149,34 @@ def test_fragmented_rounds_between_hosts_average_one_fragment_in_turn(results):
     # A fragment after steps 3 and 6, then every fragment at the epoch's end; each worker
     # sends its host shard of a fragment.
     assert summary["bytes_allreduced_across_hosts"] == 2 * sent
+
+
+def qsr_rounds(steps: int) -> list[int]:
+    """The steps after which `qsr:1` holds a round under a cosine decay over `steps` steps
+    from the peak: the rule fed the schedule's rate at each round's last step."""
+    spec = ScheduleSpec(1.0, 16, 4, warmup_steps=0, total_steps=steps, decay="cosine")
+    rule, rounds = RateFollowingPeriod(1, 1.0, None), []
+    while rule.next_round <= steps:
+        step = rule.next_round
+        rule.rate = lambda: learning_rate_at(step - 1, spec)
+        rule.held(step)
+        rounds.append(step)
+    return rounds
+
+
+@pytest.mark.multiprocess
+def test_rounds_across_hosts_follow_the_quadratic_rule_and_leave_every_worker_agreeing(results):
+    ranks = results["qsr_cosine"]
+    rounds = qsr_rounds(7)
+    assert 2 < len(rounds) < 7  # every step at first, then fewer
+    for step in range(1, 8):
+        np.testing.assert_array_equal(ranks[0]["steps"][step - 1], ranks[1]["steps"][step - 1])
+        across = np.array_equal(ranks[0]["steps"][step - 1], ranks[2]["steps"][step - 1])
+        assert across == (step in rounds), step
+    for rank in ranks[1:]:
+        np.testing.assert_array_equal(rank["final"], ranks[0]["final"])
+    summary = json.loads(str(ranks[0]["summary"]))
+    assert summary["averaging_rounds"] == len(rounds) + (7 not in rounds)  # and the epoch's end
 
 
 @pytest.fixture(scope="module")
