@@ -675,6 +675,11 @@ def _field(name: str) -> dataclasses.Field:
     return {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
 
 
+def declared_default(name: str) -> Any:
+    """An option's default as declared, before `TrainConfig.resolved` makes it concrete."""
+    return _field(name).default
+
+
 def option_flag(name: str) -> str:
     """outer_lr -> --outer-lr: the option as users type it."""
     return "--" + name.replace("_", "-")
@@ -682,7 +687,7 @@ def option_flag(name: str) -> str:
 
 def _coerce(name: str, value: Any) -> Any:
     """Turn YAML/CLI values into the field's type; leave bad ones for validation to name."""
-    default = _field(name).default
+    default = declared_default(name)
     if value is None:
         return None
     if _is_switch(name):

@@ -12,8 +12,8 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, ignored_in, load_config,
-                             option_flag)
+from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, declared_default, ignored_in,
+                             load_config, option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import settled
 from hvdtrain.periods import resolve_period
@@ -161,7 +161,7 @@ def _same(name: str, saved: Any, now: Any, job: Job) -> bool:
 def _is_default(cfg: TrainConfig, name: str) -> bool:
     """Whether `cfg` holds option `name` at its default for this configuration (given or
     not: a command cannot tell the two apart)."""
-    default = dataclasses.replace(cfg, **{name: _declared_default(name)}).resolved()
+    default = dataclasses.replace(cfg, **{name: declared_default(name)}).resolved()
     return getattr(default, name) == getattr(cfg, name)
 
 
@@ -170,10 +170,6 @@ def _as_given(name: str, value: Any) -> str:
     if isinstance(value, bool):
         return option_flag(name) if value else "--no-" + option_flag(name)[2:]
     return f"{option_flag(name)} {value}"
-
-
-def _declared_default(name: str) -> Any:
-    return next(f.default for f in dataclasses.fields(TrainConfig) if f.name == name)
 
 
 def kept_notice(out: str, kept: dict[str, Any]) -> str:
