@@ -57,10 +57,10 @@ DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 # rounds every step. Over 5 epochs (LeNet-5, 3 seeds) every step ended 0.68 points above
 # every 2 steps at 32 x 32, at every seed, and 0.26 below sync, where every 2 steps ended
 # 0.94 below; at 16 x 64 0.39 below sync (every 2: 0.54); at 32 x 64 0.66 below (7 seeds;
-# every 2: 1.24, 3 seeds). It moves 0.251 of sync's bytes
-# (int8 values and their scales, momentum kept local) where every 2 steps moved 0.128;
-# the quadratic synchronization rule (qsr:1) ended below both (BENCHMARKS.md, "Rounds
-# every step from a global batch of 1,024").
+# every 2: 1.24, 3 seeds). It moves 0.251 of sync's bytes (int8 values and their scales,
+# momentum kept local) where every 2 steps moved 0.128; the quadratic synchronization rule
+# (qsr:1) ended below both (BENCHMARKS.md, "Rounds every step from a global batch of
+# 1,024").
 DEFAULT_LOCAL_LAMB_N_SYNC = 1
 DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
 # The hierarchy's period in local mode is flat local mode's, 2 steps, since its rounds are

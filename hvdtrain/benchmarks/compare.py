@@ -27,10 +27,11 @@ from hvdtrain.stats import mean_ci95
 from hvdtrain.training import run_folder
 
 SEED_NAME = re.compile(r"^(?P<setting>.+)-s(?P<seed>\d+)$")
-COLUMNS = ("setting", "runs", "stopped", "diverged", "seeds", "test_accuracy_mean",
-           "test_accuracy_ci95", "test_accuracy_min", "bytes_per_worker", "bytes_share",
-           "wall_seconds", "paired_diff_mean", "paired_diff_ci95", "paired_seeds",
-           "paired_higher")
+# What a setting's finished runs give, and its paired difference from --reference.
+MEASURED = ("test_accuracy_mean", "test_accuracy_ci95", "test_accuracy_min",
+            "bytes_per_worker", "bytes_share", "wall_seconds")
+PAIRED = ("paired_diff_mean", "paired_diff_ci95", "paired_seeds", "paired_higher")
+COLUMNS = ("setting", "runs", "stopped", "diverged", "seeds", *MEASURED, *PAIRED)
 
 
 def setting_of(name: str) -> tuple[str, int | None]:
@@ -60,7 +61,7 @@ def paired(members: list[dict], reference: list[dict]) -> dict:
     mine, theirs = _accuracy_by_seed(members), _accuracy_by_seed(reference)
     differences = [mine[seed] - theirs[seed] for seed in sorted(mine.keys() & theirs.keys())]
     if not differences or members is reference:
-        return dict.fromkeys(COLUMNS[COLUMNS.index("paired_diff_mean"):])
+        return dict.fromkeys(PAIRED)
     mean, half = mean_ci95(differences)
     return {"paired_diff_mean": mean, "paired_diff_ci95": half,
             "paired_seeds": len(differences), "paired_higher": sum(d > 0 for d in differences)}
@@ -78,10 +79,9 @@ def _row(setting: str, members: list[dict]) -> dict:
            "stopped": len(members) - len(done) - diverged,
            "seeds": " ".join(str(setting_of(m["name"])[1]) for m in members
                              if setting_of(m["name"])[1] is not None),
-           "bytes_share": None, **dict.fromkeys(COLUMNS[COLUMNS.index("paired_diff_mean"):])}
+           "bytes_share": None, **dict.fromkeys(PAIRED)}
     if not done:
-        return {**row, **dict.fromkeys(COLUMNS[COLUMNS.index("test_accuracy_mean"):
-                                               COLUMNS.index("paired_diff_mean")])}
+        return {**row, **dict.fromkeys(MEASURED)}
     accuracy = [100.0 * s["test_accuracy"] for s in done]
     mean, half = mean_ci95(accuracy)
     return {**row, "test_accuracy_mean": mean, "test_accuracy_ci95": half,
