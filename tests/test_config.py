@@ -259,10 +259,11 @@ def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
     plan = plan_resume(cfg, Job(4, 1))
     assert plan.kept == {"epochs": 3, "local_lr_workers": 8, "mode": "local", "n_sync": 7,
                          "average_optimizer_state": True, "round_compression": "fp16"}
-    assert kept_notice(str(tmp_path), plan.kept) == (
-        f"hvdtrain: resuming {tmp_path} as it was started: --epochs 3, --local-lr-workers 8, "
-        "--mode local, --n-sync 7, --average-optimizer-state, --round-compression fp16 (this "
-        "command gave the defaults, which differ)")
+    # The line leaves out --local-lr-workers 8: local mode's own default, kept with it.
+    assert kept_notice(cfg, plan.kept) == (
+        f"hvdtrain: resuming {tmp_path} as it was started: --epochs 3, --mode local, "
+        "--n-sync 7, --average-optimizer-state, --round-compression fp16 (this command gave "
+        "the defaults, which differ)")
 
 
 def test_a_period_given_other_than_the_default_must_be_the_one_saved(tmp_path):

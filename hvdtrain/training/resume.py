@@ -172,10 +172,15 @@ def _as_given(name: str, value: Any) -> str:
     return f"{option_flag(name)} {value}"
 
 
-def kept_notice(out: str, kept: dict[str, Any]) -> str:
-    """Rank 0's line when a resumed run keeps saved options over this command's defaults."""
-    options = ", ".join(_as_given(name, value) for name, value in kept.items())
-    return (f"hvdtrain: resuming {out} as it was started: {options} (this command gave "
+def kept_notice(cfg: TrainConfig, kept: dict[str, Any]) -> str:
+    """Rank 0's line when a resumed run keeps saved options over this command's defaults.
+    It leaves out what follows from the others kept: a kept `--mode local` brings that
+    mode's own defaults, which the user need not be told apart."""
+    under = dataclasses.replace(cfg, **kept)
+    named = {name: value for name, value in kept.items()
+             if not _is_default(under, name)} or kept
+    options = ", ".join(_as_given(name, value) for name, value in named.items())
+    return (f"hvdtrain: resuming {cfg.out} as it was started: {options} (this command gave "
             f"the defaults, which differ)")
 
 
