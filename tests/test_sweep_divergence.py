@@ -184,7 +184,7 @@ def test_a_setting_counts_its_diverged_seeds_and_averages_the_finished_ones():
     table = format_settings_table([sync, big])
     assert "| 1 2 3 | 82.00% ± " in table
     assert "(1 of 3 diverged; mean of the 2 that finished) |" in table
-    assert table.endswith("| w8-big | 8 | – | cold | 1 2 | all 2 diverged |")
+    assert table.endswith("| w8-big | 8 | – | cold | 1 2 | all 2 diverged | – |")  # no target
 
 
 def _steps_folder(folder, steps: int, marker: str | None):

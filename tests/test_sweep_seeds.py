@@ -49,6 +49,29 @@ def test_the_summary_gives_each_setting_its_mean_and_t_interval_over_the_seeds()
     assert (one["runs"], one["test_accuracy_ci95"]) == (1, 0.0)
 
 
+def test_the_summary_gives_each_setting_its_mean_time_to_the_target_over_the_runs_that_reached_it():
+    from hvdtrain.benchmarks.seeds import format_settings_table
+
+    def row(setting, seed, seconds):
+        return {"setting": setting, "workers": 8, "mode": "local", "n_sync": 2, "start": "cold",
+                "seed": seed, "test_accuracy": 0.88, "target": 0.875, "seconds_to_target": seconds}
+
+    rows = [row("all", 1, 100.0), row("all", 2, 110.0), row("all", 3, 120.0),
+            row("some", 1, 90.0), row("some", 2, ""), row("some", 3, 96.0),
+            row("none", 1, ""), row("none", 2, "")]
+    every, some, none = summarize_seeds(rows)
+    assert (every["reached_target"], every["seconds_to_target_mean"]) == (3, pytest.approx(110.0))
+    # s = 10 over 3 runs: t(2 df) = 4.303 times 10 / sqrt(3).
+    assert every["seconds_to_target_ci95"] == pytest.approx(4.303 * 10 / math.sqrt(3))
+    # A run that never reached the target is counted, not averaged in.
+    assert (some["reached_target"], some["seconds_to_target_mean"]) == (2, pytest.approx(93.0))
+    assert (none["reached_target"], none["seconds_to_target_mean"], none["target"]) == (0, "", 0.875)
+    table = format_settings_table([every, some, none])
+    assert table.splitlines()[2].endswith(f"| 110 ± {4.303 * 10 / math.sqrt(3):.0f} |")
+    assert table.splitlines()[3].endswith("| 93 ± 38 (2 of 3 reached it) |")
+    assert table.endswith("| none of 2 reached 87.50% |")
+
+
 def test_a_sweep_over_seeds_writes_the_settings_table(tmp_path, capsys):
     out = tmp_path / "sweep"
     for seed, accuracy in ((1, 0.80), (2, 0.84), (5, 0.82)):

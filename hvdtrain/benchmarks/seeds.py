@@ -21,7 +21,8 @@ from hvdtrain.errors import ConfigError
 from hvdtrain.stats import mean_ci95
 
 SETTING_COLUMNS = ("setting", "workers", "mode", "n_sync", "start", "seeds", "runs", "diverged",
-                   "test_accuracy_mean", "test_accuracy_ci95")
+                   "test_accuracy_mean", "test_accuracy_ci95", "target", "reached_target",
+                   "seconds_to_target_mean", "seconds_to_target_ci95")
 
 
 def add_seeds_option(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +30,8 @@ def add_seeds_option(parser: argparse.ArgumentParser) -> None:
                         help="run every setting once per seed (1,2,3), each with --seed N, "
                              "named <setting>-sN; a second table (sweep-settings.csv, "
                              "\"settings\" in sweep.json) gives each setting's mean test "
-                             "accuracy over the seeds and its 95%% interval (Student's t); "
+                             "accuracy over the seeds and its 95%% interval (Student's t), "
+                             "and the mean seconds to --target of the runs that reached it; "
                              "a seed whose run diverged is counted in its \"diverged\" "
                              "column, not averaged: the mean and interval are over the "
                              "runs that finished, blank if none did "
@@ -56,7 +58,8 @@ def seed_suffix(seed: int | None) -> str:
 def summarize_seeds(rows: list[dict]) -> list[dict]:
     """One row per setting, in the order of its first run: its seeds, how many of its
     runs diverged, and the mean test accuracy of the others with the half-width of its
-    95% interval (0 for one run; both blank when every run diverged)."""
+    95% interval (0 for one run; both blank when every run diverged); and, where the
+    sweep had a target, how many runs reached it and their mean training seconds to it."""
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["setting"], []).append(row)
@@ -70,19 +73,42 @@ def summarize_seeds(rows: list[dict]) -> list[dict]:
             "n_sync": first["n_sync"], "start": first["start"],
             "seeds": " ".join(str(run["seed"]) for run in runs), "runs": len(runs),
             "diverged": len(runs) - len(finished),
-            "test_accuracy_mean": mean, "test_accuracy_ci95": half_width})
+            "test_accuracy_mean": mean, "test_accuracy_ci95": half_width,
+            **_time_to_target(runs)})
     return settings
+
+
+def _time_to_target(runs: list[dict]) -> dict:
+    """The setting's runs against the sweep's target: how many reached it, and the mean
+    seconds of those that did with its 95% half-width. A run that never reached it has no
+    time to average, as a diverged one has no accuracy: the count says how many."""
+    target = runs[0].get("target", "")
+    seconds = [run["seconds_to_target"] for run in runs if run.get("seconds_to_target", "") != ""]
+    mean, half_width = mean_ci95(seconds) if seconds else ("", "")
+    return {"target": target, "reached_target": len(seconds) if target != "" else "",
+            "seconds_to_target_mean": mean, "seconds_to_target_ci95": half_width}
 
 
 def format_settings_table(settings: list[dict]) -> str:
     """The settings as a Markdown table: mean test accuracy ± its 95% interval, and how
-    many runs diverged where any did."""
-    lines = ["| setting | workers | n_sync | start | seeds | test accuracy (mean ± 95% CI) |",
-             "|" + "---|" * 6]
+    many runs diverged where any did; the mean seconds to the target and how many runs
+    reached it."""
+    lines = ["| setting | workers | n_sync | start | seeds | test accuracy (mean ± 95% CI) | "
+             "s to target (mean ± 95% CI) |", "|" + "---|" * 7]
     for s in settings:
         lines.append(f"| {s['setting']} | {s['workers']} | {s['n_sync'] or '–'} | {s['start']} | "
-                     f"{s['seeds']} | {_accuracy_cell(s)} |")
+                     f"{s['seeds']} | {_accuracy_cell(s)} | {_target_cell(s)} |")
     return "\n".join(lines)
+
+
+def _target_cell(s: dict) -> str:
+    reached, runs = s.get("reached_target", ""), s["runs"]
+    if reached == "":
+        return "–"
+    if reached == 0:
+        return f"none of {runs} reached {s['target']:.2%}"
+    cell = f"{s['seconds_to_target_mean']:.0f} ± {s['seconds_to_target_ci95']:.0f}"
+    return cell if reached == runs else f"{cell} ({reached} of {runs} reached it)"
 
 
 def _accuracy_cell(s: dict) -> str:
