@@ -149,7 +149,8 @@ class TrainConfig:
                "x |gradient|: give it a --base-lr 10 to 30 times SGD's (LeNet at a global batch "
                "of 256 trained at 1 and 3, diverged at 10). lamb: Keras's Lamb, Adam with the "
                f"same per-layer ratio; its peak is capped at {DEFAULT_MAX_LR['lamb']:g} "
-               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode) unless --max-lr says "
+               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode with the optimizer state "
+               "kept local) unless --max-lr says "
                "otherwise. At 0.03 in sync mode it ended 3 to 4 points "
                "above SGD's defaults at a global batch of 1024 (LeNet), and level at 512 "
                "(LeNet, ResNet-20)", OPTIMIZERS)
@@ -167,7 +168,9 @@ class TrainConfig:
         None, f"cap on the peak rate after --lr-scaling (and on the warmup's start); 0: no "
               f"cap. Default {DEFAULT_MAX_LR['lamb']:g} with --optimizer lamb "
               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode, whose workers' steps a "
-              f"round averages: 0.45 points above 0.03 at 32 x 32 over 5 epochs), else "
+              f"round averages: 0.45 points above 0.03 at 32 x 32 over 5 epochs; not with "
+              f"--average-optimizer-state, whose shared momentum keeps the steps' length: "
+              f"0.06 there ended 3 points lower at 16 x 64, or diverged), else "
               f"{DEFAULT_MAX_LR_OTHERWISE:g}, which binds from a global batch of 256 (linear): "
               f"LeNet with SGD broke down above it at 512 and 1024, and LAMB at 0.1 sat at "
               f"chance where 0.03 ended above SGD at 512 and 1024")
@@ -249,7 +252,9 @@ class TrainConfig:
                "keeps its own, as SlowMo, DiLoCo and torchft do; at the default period, 8 and "
                "16 workers ended 0.2 and 0.4 points below averaging it (3 seeds each, within "
                "the intervals) at half the bytes. Async mode's rounds land a period late: "
-               "averaging a period-stale momentum cost async runs about 4 points at 4 workers",
+               "averaging a period-stale momentum cost async runs about 4 points at 4 workers. "
+               f"With LAMB in local mode it lowers the default --max-lr to "
+               f"{DEFAULT_MAX_LR['lamb']:g}, sync's (see there)",
         modes=LOCAL_MODES, elsewhere="ignored")
     outer_optimizer: str = _opt(
         "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS,
@@ -393,7 +398,8 @@ class TrainConfig:
                    for f in dataclasses.fields(self)
                    if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
         if self.max_lr is None and self.optimizer != "auto":  # set once auto has chosen
-            changes["max_lr"] = default_max_lr(self.optimizer, self.mode, self.hierarchical_sgd)
+            changes["max_lr"] = default_max_lr(self.optimizer, self.mode, self.hierarchical_sgd,
+                                               self.average_optimizer_state)
         if self.n_sync is None and self.mode == "local" and not self.hierarchical_sgd:
             changes["n_sync"] = _flat_local_period(self.optimizer)
         if self.hierarchical_sgd and self.n_sync is None:

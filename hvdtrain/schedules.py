@@ -25,7 +25,11 @@ DEFAULT_MAX_LR_OTHERWISE = 0.1
 # steps likely cancels much of their noise and with it their length: at 32 x 32 a cap of
 # 0.06 (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
 # 2 epochs and 0.45 over 5, at every seed, and level with it at 16 x 64 (+0.05); in sync
-# mode 0.06 cost 4.4 points (BENCHMARKS.md, "5 epochs at 32 x 32").
+# mode 0.06 cost 4.4 points (BENCHMARKS.md, "5 epochs at 32 x 32"). The cancelling needs
+# each worker's momentum its own: with --average-optimizer-state the workers share 0.9 of
+# it, their steps point alike and a round keeps their length, as sync's step does. There
+# 0.06 ended 3.3 points below momentum kept local at 16 x 64, or diverged in int8 rounds,
+# so averaged state takes sync's cap (BENCHMARKS.md, "LAMB's state averaged in rounds").
 DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
 # Step decay multiplies the rate by 0.1 at these fractions of the post-warmup steps.
 STEP_DECAY_POINTS = (0.5, 0.75)
@@ -47,9 +51,11 @@ def scaled_lr(base_lr: float, global_batch: int, scaling: str = "linear",
     return min(rate, max_lr) if max_lr > 0 else rate
 
 
-def default_max_lr(optimizer: str, mode: str, hierarchical: bool) -> float:
+def default_max_lr(optimizer: str, mode: str, hierarchical: bool,
+                   average_optimizer_state: bool = False) -> float:
     """The cap on the peak rate when --max-lr is not given."""
-    if optimizer == "lamb" and mode == "local" and not hierarchical:
+    if optimizer == "lamb" and mode == "local" and not hierarchical \
+            and not average_optimizer_state:
         return DEFAULT_LOCAL_LAMB_MAX_LR
     return DEFAULT_MAX_LR.get(optimizer, DEFAULT_MAX_LR_OTHERWISE)
 

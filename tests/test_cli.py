@@ -24,7 +24,7 @@ def test_help_documents_every_option_with_its_default(capsys, monkeypatch):
     assert "(default: 2 in local mode, 10/workers in async mode)" in text
     assert "(default: int8 in local mode, none in async mode)" in text
     assert "29% of LeNet's" in text
-    switch = text.split("--no-average-optimizer-state ")[1].split(" --")[0]
+    switch = text.split("--no-average-optimizer-state ")[1].split(" --outer-optimizer")[0]
     assert switch.endswith("(default: off)") and switch.count("(default:") == 1
 
 

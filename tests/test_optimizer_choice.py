@@ -35,6 +35,9 @@ def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
     # Flat local mode's LAMB takes twice sync's cap: a round averages one-batch steps.
     local = load_config(None, {"mode": "local"}).resolved()
     assert (settled(local, 16).optimizer, settled(local, 16).max_lr) == ("lamb", 0.06)
+    # Not when the momentum is averaged in rounds: shared, it keeps the steps' length.
+    shared = load_config(None, {"mode": "local", "average_optimizer_state": True}).resolved()
+    assert (settled(shared, 16).optimizer, settled(shared, 16).max_lr) == ("lamb", 0.03)
     hierarchical = load_config(None, {"mode": "local", "hierarchical_sgd": True,
                                       "optimizer": "lamb"}).resolved()
     assert hierarchical.max_lr == 0.03  # not measured there: sync's cap
