@@ -69,6 +69,26 @@ def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | N
             f"or a longer period")
 
 
+def int8_moments_warning(cfg: TrainConfig, workers: int) -> str | None:
+    """A line for rank 0 when int8 rounds would carry Adam's or LAMB's moments
+    (--average-optimizer-state). A round quantises the weights and the moments in one
+    vector against scales set by its largest changes, and the running squares, orders of
+    magnitude smaller and divided by, come back coarse: LAMB's state averaged in int8
+    rounds ended 4.5 and 6.6 points below float32 rounds at 4 x 64 and 16 x 64 (one seed
+    each; BENCHMARKS.md, "LAMB's state averaged in rounds"). SGD's momentum, a signed sum
+    of gradients, ended level with float32 there (8 x 64, 3 seeds)."""
+    if cfg.mode not in LOCAL_MODES or not cfg.average_optimizer_state or workers < 2:
+        return None
+    cfg = settled(cfg.resolved(), workers)
+    compression = rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
+    if compression != "int8" or cfg.optimizer not in ("adam", "lamb"):
+        return None
+    return (f"hvdtrain: warning: --average-optimizer-state sends {cfg.optimizer}'s moments in "
+            f"int8 rounds, which ended LeNet 4.5 and 6.6 points below float32 rounds at 4 and "
+            f"16 workers (one seed each); keep them local (the default) or give "
+            f"--round-compression none")
+
+
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:
     """The run's epoch length in examples (see `hvdtrain.progress.epoch_length`).
 
