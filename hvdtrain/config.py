@@ -170,7 +170,7 @@ class TrainConfig:
               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode, whose workers' steps a "
               f"round averages: 0.45 points above 0.03 at 32 x 32 over 5 epochs; not with "
               f"--average-optimizer-state, whose shared momentum keeps the steps' length: "
-              f"0.06 there ended 3 points lower at 16 x 64, or diverged), else "
+              f"0.06 there ended 5.7 points lower at 16 x 64, or diverged), else "
               f"{DEFAULT_MAX_LR_OTHERWISE:g}, which binds from a global batch of 256 (linear): "
               f"LeNet with SGD broke down above it at 512 and 1024, and LAMB at 0.1 sat at "
               f"chance where 0.03 ended above SGD at 512 and 1024")

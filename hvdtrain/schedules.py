@@ -28,7 +28,7 @@ DEFAULT_MAX_LR_OTHERWISE = 0.1
 # mode 0.06 cost 4.4 points (BENCHMARKS.md, "5 epochs at 32 x 32"). The cancelling needs
 # each worker's momentum its own: with --average-optimizer-state the workers share 0.9 of
 # it, their steps point alike and a round keeps their length, as sync's step does. There
-# 0.06 ended 3.3 points below momentum kept local at 16 x 64, or diverged in int8 rounds,
+# 0.06 ended 5.7 points below momentum kept local at 16 x 64, or diverged in int8 rounds,
 # so averaged state takes sync's cap (BENCHMARKS.md, "LAMB's state averaged in rounds").
 DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
 # Step decay multiplies the rate by 0.1 at these fractions of the post-warmup steps.
