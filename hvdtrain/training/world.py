@@ -19,6 +19,10 @@ from hvdtrain.quantize import VALUE_BYTES
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
 
+# The optimizers that keep a running square of the gradient beside its momentum.
+WITH_RUNNING_SQUARES = ("adam", "lamb")
+
+
 @dataclass(frozen=True)
 class World:
     rank: int
@@ -56,7 +60,7 @@ def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | N
     period = resolve_period(cfg.n_sync, workers, hosts)
     slots = 0
     if cfg.average_optimizer_state:
-        slots = 2 if cfg.optimizer in ("adam", "lamb") else int(cfg.momentum > 0)
+        slots = 2 if cfg.optimizer in WITH_RUNNING_SQUARES else int(cfg.momentum > 0)
     compression = rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
     # Against a sync step's gradients, which --fp16-allreduce sends as float16 too.
     per_value = VALUE_BYTES[compression] / VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"]
@@ -81,7 +85,7 @@ def int8_moments_warning(cfg: TrainConfig, workers: int) -> str | None:
         return None
     cfg = settled(cfg.resolved(), workers)
     compression = rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
-    if compression != "int8" or cfg.optimizer not in ("adam", "lamb"):
+    if compression != "int8" or cfg.optimizer not in WITH_RUNNING_SQUARES:
         return None
     return (f"hvdtrain: warning: --average-optimizer-state sends {cfg.optimizer}'s moments in "
             f"int8 rounds, which ended LeNet 4.5 and 6.6 points below float32 rounds at 4 and "
