@@ -179,6 +179,9 @@ F32 = dict(round_compression="none")
     (dict(F32, mode="local", n_sync=3, optimizer="adam", average_optimizer_state=True), 4, True),  # weights and two moments
     (dict(F32, mode="local", n_sync=3, optimizer="lamb", average_optimizer_state=True), 4, True),  # Lamb's two moments too
     (dict(F32, mode="local", n_sync=3, optimizer="lars", average_optimizer_state=True), 4, False),  # LARS's momentum only
+    # int8 rounds send Lamb's running squares in float32: 2 + 4 bytes a value, 1.5 steps' worth
+    (dict(mode="local", n_sync=1, optimizer="lamb", average_optimizer_state=True), 4, True),
+    (dict(mode="local", n_sync=2, optimizer="lamb", average_optimizer_state=True), 4, False),
     (dict(F32, mode="local", n_sync=1), 4, True),
     (dict(mode="local", n_sync=1), 4, False),          # int8 every step: a quarter of sync's
     (dict(F32, mode="local", n_sync=1), 1, False),     # one worker sends nothing

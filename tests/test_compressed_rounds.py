@@ -33,6 +33,9 @@ RUNS = {
     "int8": dict(LOCAL, round_compression="int8"),
     "fp16": dict(LOCAL, round_compression="fp16"),
     "async_int8": dict(LOCAL, mode="async", round_compression="int8"),
+    # Adam's moments averaged: the first coded, the running squares in float32
+    "int8_adam_state": dict(LOCAL, round_compression="int8", optimizer="adam", base_lr=1e-3,
+                            average_optimizer_state=True),
 }
 ROUND_STEPS = (3, 6)
 
@@ -46,8 +49,8 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
-@pytest.mark.parametrize("name", ["int8", "fp16"])
+@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
+@pytest.mark.parametrize("name", ["int8", "fp16", "int8_adam_state"])
 def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round(results, name):
     ranks = results[name]
     for step in range(7):
@@ -57,14 +60,14 @@ def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
 def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results):
     ranks = results["async_int8"]
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
 def test_compressed_rounds_train_near_the_float32_rounds(results):
     plain = results["none"][0]["final"]
     for name in ("int8", "fp16"):
@@ -73,7 +76,7 @@ def test_compressed_rounds_train_near_the_float32_rounds(results):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of four trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
 def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     summaries = {name: json.loads(str(results[name][0]["summary"])) for name in RUNS}
     plain = summaries["none"]
@@ -86,6 +89,9 @@ def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
         assert summary["averaging_rounds"] == plain["averaging_rounds"]
         assert summary["bytes_allreduced"] == summary["averaging_rounds"] * \
             quantize.payload_bytes(values * summary["parameters"], 2, compression), name
+    adam = summaries["int8_adam_state"]
+    assert adam["bytes_allreduced"] == adam["averaging_rounds"] * (
+        quantize.payload_bytes(2 * adam["parameters"], 2, "int8") + 4 * adam["parameters"])
     # int8 rounds move about a quarter of float32's bytes (padding to whole chunks aside).
     assert summaries["int8"]["bytes_allreduced"] < 0.26 * plain["bytes_allreduced"]
 

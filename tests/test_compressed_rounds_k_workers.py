@@ -2,15 +2,16 @@
 process (tests/fake_comm.py): every worker's round is run, with the other workers' sends
 to each collective coming from the same code run as them."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from fake_comm import ECHO, FakeComm, sent_by
+from fake_comm import ECHO, FakeComm, sent_by, settled_sends
 from hvdtrain import quantize
 from hvdtrain.keras.compressed_rounds import CompressedExchange
-from hvdtrain.keras.state import ModelStateAverager, read
-from test_state_averaging_k_workers import batch_norm_model
+from hvdtrain.keras.state import ModelStateAverager, build_optimizer, optimizer_slots, read
+from test_state_averaging_k_workers import batch_norm_model, vector_model
 from workers.state_averaging_worker import set_statistics
 
 SHAPES = [(3, 700), (50,), (2, 2)]  # 2,154 values: three chunks, padded to whole shards
@@ -161,3 +162,50 @@ def test_an_int8_averager_round_pools_statistics_and_agrees_on_every_worker(work
         exact = exact_round(0)()
     for got, want in zip(results[0], exact):
         np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2 * largest / 254)
+
+
+def adam_averager(k: int, compression: str) -> ModelStateAverager:
+    """Worker k's averager over a 2,000-value weight and Adam's two slots, the running
+    squares spanning eight orders of magnitude, moved since the round's reference."""
+    values = np.linspace(-1.0, 1.0, 2000)
+    model = vector_model(values)
+    model.compile(keras.optimizers.Adam(1e-3), "mse")
+    build_optimizer(model)
+    averager = ModelStateAverager(model, optimizer_state=True, compression=compression)
+    squares = np.logspace(-12, -4, 2000)[None, :]
+    momentum, velocity = optimizer_slots(model.optimizer)
+    velocity.assign(squares)
+    averager.reset_anchor()  # the shared state every change is sent from
+    model.trainable_variables[0].assign([values + 0.01 * (k + 1)])
+    momentum.assign(np.full((1, 2000), 1e-3 * (k + 1)))
+    velocity.assign(squares * (1.0 + 0.5 * k))
+    return averager
+
+
+@pytest.mark.parametrize("compression", ["int8", "fp16"])
+def test_compressed_rounds_send_adams_running_squares_in_float32(compression):
+    # Coded against a chunk's largest change, a square of 1e-12 beside one of 1e-4 would
+    # come back as 0 or as 1e-4 / 254; Adam divides by their roots.
+    workers = 3
+    averagers = [adam_averager(k, compression) for k in range(workers)]
+    own = [read(a.variables) for a in averagers]
+    assert averagers[0].exact == [2]  # the kernel, its momentum, its running squares
+    assert averagers[0].variables[2].path.endswith("velocity")
+    sends = settled_sends(workers, lambda k: lambda: averagers[k].exchange(
+        own[k], feedback=False))
+    results = []
+    for r in range(workers):
+        with FakeComm(workers, r) as world:
+            world.hold_sent({k: sent for k, sent in sends.items() if k != r})
+            results.append([np.asarray(t) for t in averagers[r].exchange(own[r])])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    squares = np.logspace(-12, -4, 2000)[None, :] * np.mean([1.0 + 0.5 * k for k in range(3)])
+    np.testing.assert_allclose(results[0][2], squares, rtol=1e-5)
+    # The rest is coded: off by at most two half-steps of the largest change, 0.03.
+    np.testing.assert_allclose(results[0][1], np.full((1, 2000), 2e-3), rtol=0,
+                               atol=2 * 0.03 / 254)
+    coded = quantize.payload_bytes(2 * 2000, workers, compression)
+    with FakeComm(workers, 0):
+        assert averagers[0].payload_bytes == coded + 4 * 2000

@@ -80,10 +80,11 @@ class LocalSGD(keras.callbacks.Callback):
         but their steps are discarded, so the phase costs the wall time of one
         worker and no communication per step.
       average_bn_stats: also average non-trainable float variables.
-      average_optimizer_state: also average optimizer slots. Not Adam's or LAMB's in
-        int8 rounds, which return their running squares coarse (LeNet ended 4.5 to 6.6
-        points lower); and LAMB with shared momentum wants sync's rate, not a higher
-        one (BENCHMARKS.md, "LAMB's state averaged in rounds").
+      average_optimizer_state: also average optimizer slots. Compressed rounds send
+        Adam's and LAMB's running squares in float32, since coded against a chunk's
+        largest change the small ones come back coarse; and LAMB with shared momentum
+        wants sync's rate, not a higher one (BENCHMARKS.md, "LAMB's state averaged in
+        rounds").
       outer_optimizer: "none" (plain averaging), "slowmo" or "nesterov"; or a Keras
         optimizer of your own, which steps on the averaged pseudo-gradient x0 − x̄ with its
         own rate (as torchft's DiLoCo; `keras.optimizers.SGD(alpha, beta, nesterov=...)`

@@ -218,6 +218,12 @@ class ModelStateAverager:
             else:
                 self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
                                 for w in self.weights]
+        # Positions in `variables` of each BatchNorm layer's moving mean and variance: the
+        # variance is pooled, not averaged (hvdtrain.averaging.pooled_variance).
+        position = {id(v): i for i, v in enumerate(self.variables)}
+        self._moments = [(position[id(mean)], position[id(var)])
+                         for mean, var in batch_norm_statistics(model)
+                         if id(mean) in position and id(var) in position]
         # A compressed round sends only each variable's change since the last round, from
         # the state every worker held then: float16 keeps 11 bits of a small change, where
         # it would round the value itself to 2^-11 of its size and lose a late, small
@@ -225,18 +231,20 @@ class ModelStateAverager:
         # outer optimizer the weights' reference is the anchor itself, updated by the outer
         # step; the statistics' and slots' reference is always a copy of their own.
         self.weights_reference = self.others_reference = None
+        # Running squares (Adam's and LAMB's v) span orders of magnitude, and the optimizer
+        # divides by their roots: int8 against a chunk's largest change gives the small ones
+        # back coarse (LAMB's state averaged so ended 4.5 and 6.6 points down), and float16
+        # flushes their small changes to 0; so in a compressed round they travel in float32
+        # beside the coded rest.
+        self.exact = [j for j in self.non_negative_positions
+                      if j >= len(self.weights) + len(self.statistics)]
+        coded = [v for j, v in enumerate(self.variables) if j not in self.exact]
         self.compressed = None if compression == "none" else CompressedExchange(
-            self.variables, compression)
+            coded, compression)
         if self.compressed is not None:
             self.weights_reference = (self.anchor if self.anchor is not None
                                       else _copies(self.weights))
             self.others_reference = _copies(self.statistics + self.slots)
-        # Positions in `variables` of each BatchNorm layer's moving mean and variance: the
-        # variance is pooled, not averaged (hvdtrain.averaging.pooled_variance).
-        position = {id(v): i for i, v in enumerate(self.variables)}
-        self._moments = [(position[id(mean)], position[id(var)])
-                         for mean, var in batch_norm_statistics(model)
-                         if id(mean) in position and id(var) in position]
         self._average_fn = self._mean_fn = None
         self._traced_for: tuple[int, int, int] | None = None
 
@@ -276,15 +284,16 @@ class ModelStateAverager:
     @property
     def payload_bytes(self) -> int:
         """Bytes one worker hands to allreduce per round (or, compressed, what it encodes,
-        which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`).
+        which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`,
+        plus the running squares in float32).
         Cut in host shards, its shard's, which is what crosses hosts: the gather of the
         shards inside the host is not counted."""
         shards = self.shards
-        if self.compressed is not None:
-            return self.compressed.payload_bytes(shards)
-        if shards is not None:
-            return shards.shard_bytes(sum(int(v.shape.num_elements()) for v in self.variables))
-        return variable_bytes(self.variables)
+        if self.compressed is None:
+            return _float_bytes(self.variables, shards)
+        exact = [self.variables[j] for j in self.exact]
+        coded = self.compressed.payload_bytes(shards) if self.compressed.length else 0
+        return coded + (_float_bytes(exact, shards) if exact else 0)
 
     @property
     def bytes_per_round(self) -> int:
@@ -401,27 +410,34 @@ class ModelStateAverager:
         moments = [] if take_chief else self._moments
         sent = _encode(values, reference, moments)
         shards = None if take_chief else self.shards  # no hierarchy takes a chief's state
-        if self.compressed is not None:
-            received = self._compressed_exchange(sent, take_chief, name, feedback, shards)
-        elif shards is not None:
-            received = shards.average(sent, name=name)
-        elif take_chief:
-            # Rank is read when this is traced; `retrace` runs whenever the workers change.
-            share = 1.0 if comm.is_chief() else 0.0
-            received = comm.total([t * tf.constant(share, t.dtype) for t in sent],
-                                  name="model_state_from_chief")
+        if self.compressed is None:
+            received = _float_exchange(sent, take_chief, name, shards)
         else:
-            received = comm.average(sent, name=name)
+            received = self._compressed_exchange(sent, take_chief, name, feedback, shards)
         return self.clamp_non_negative(_decode(received, reference, moments))
 
     def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool, shards):
-        # Rank is read when this is traced, as for the allreduce's share in `exchange`.
-        if take_chief:
-            share, name = (1.0 if comm.is_chief() else 0.0), "model_state_from_chief"
-        else:
-            share = None
-        return self.compressed.mean(sent, name=name, share=share, feedback=feedback,
-                                    shards=shards)
+        """`sent`'s exchange in a compressed round: the running squares (`exact`) in
+        float32, the rest encoded."""
+        received = list(sent)
+        exact = set(self.exact)
+        coded = [j for j in range(len(sent)) if j not in exact]
+        if self.exact:
+            means = _float_exchange([sent[j] for j in self.exact], take_chief,
+                                    f"{name}_squares", shards)
+            for j, mean in zip(self.exact, means):
+                received[j] = mean
+        if coded:
+            # Rank is read when this is traced, as for the allreduce's share in `exchange`.
+            if take_chief:
+                share, name = (1.0 if comm.is_chief() else 0.0), f"{name}_from_chief"
+            else:
+                share = None
+            means = self.compressed.mean([sent[j] for j in coded], name=name, share=share,
+                                         feedback=feedback, shards=shards)
+            for j, mean in zip(coded, means):
+                received[j] = mean
+        return received
 
     def _outer_update(self, means, inner_lr, apply_outer: bool) -> list:
         """The new x0, which every worker takes: the outer step from the mean, or the mean."""
@@ -440,6 +456,26 @@ class ModelStateAverager:
             anchor.assign(new_anchor)
             targets.append(new_anchor)
         return targets
+
+
+def _float_bytes(variables, shards: HostShards | None) -> int:
+    """What a worker hands to a float32 round of `variables` (cut in host shards: its shard)."""
+    if shards is not None:
+        return shards.shard_bytes(sum(int(v.shape.num_elements()) for v in variables))
+    return variable_bytes(variables)
+
+
+def _float_exchange(sent, take_chief: bool, name: str, shards: HostShards | None) -> list:
+    """The workers' mean of `sent` through allreduce as it is (or rank 0's, or cut in host
+    shards). Eager or traced."""
+    if shards is not None:
+        return shards.average(sent, name=name)
+    if take_chief:
+        # Rank is read when this is traced; `retrace` runs whenever the workers change.
+        share = 1.0 if comm.is_chief() else 0.0
+        return comm.total([t * tf.constant(share, t.dtype) for t in sent],
+                          name=f"{name}_from_chief")
+    return comm.average(sent, name=name)
 
 
 def _job_means(distance, inner_lr) -> tuple[tf.Tensor, tf.Tensor]:

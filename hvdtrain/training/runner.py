@@ -36,7 +36,7 @@ from hvdtrain.training.resume import (Job, ResumePlan, kept_notice, load_initial
 from hvdtrain.training.start import StartedWorker, start_worker
 from hvdtrain.training.summary import run_summary
 from hvdtrain.training.world import (World, costly_period_warning, current_world,
-                                     epoch_examples_for, int8_moments_warning)
+                                     epoch_examples_for)
 
 
 @dataclass
@@ -214,10 +214,9 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: Star
     elif cfg.init_weights:
         on_chief(lambda: load_initial_weights(model, cfg.init_weights), name="init_weights")
     if comm.is_chief():
-        for warning in (costly_period_warning(cfg, world.workers, comm.host_group().hosts),
-                        int8_moments_warning(cfg, world.workers)):
-            if warning:
-                print(warning, flush=True)
+        warning = costly_period_warning(cfg, world.workers, comm.host_group().hosts)
+        if warning:
+            print(warning, flush=True)
     start_folder = partial(run_folder.start, cfg.out, cfg.save_yaml, progress.examples)
     if not cfg.elastic:  # every worker stops, in one line, if the folder cannot be made
         on_chief(start_folder, name="run_folder")

@@ -50,47 +50,30 @@ def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | N
     """A line for rank 0 when local rounds would move at least as many bytes as sync mode:
     a round carries the weights and any averaged optimizer slots, sync mode the gradients
     every step, so a float32 period no longer than 1 + slots saves nothing (int8 rounds
-    cost a quarter of that). Local mode's default, int8 every 2 steps, moves an eighth;
-    async mode's (10/workers) reaches 1 step at 10 workers. Hierarchical local SGD's
-    replicas are the hosts: its rounds cross hosts, as sync's gradients would."""
+    cost a quarter of that, but running squares travel in float32). Local mode's default,
+    int8 every 2 steps, moves an eighth; async mode's (10/workers) reaches 1 step at 10
+    workers. Hierarchical local SGD's replicas are the hosts: its rounds cross hosts, as
+    sync's gradients would."""
     replicas = hosts if cfg.hierarchical_sgd else workers
     if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or replicas < 2:
         return None
     cfg = settled(cfg.resolved(), workers)  # auto's choice sets local mode's period
     period = resolve_period(cfg.n_sync, workers, hosts)
-    slots = 0
+    moments = squares = 0
     if cfg.average_optimizer_state:
-        slots = 2 if cfg.optimizer in WITH_RUNNING_SQUARES else int(cfg.momentum > 0)
+        squares = int(cfg.optimizer in WITH_RUNNING_SQUARES)
+        moments = 1 if squares else int(cfg.momentum > 0)
     compression = rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
-    # Against a sync step's gradients, which --fp16-allreduce sends as float16 too.
-    per_value = VALUE_BYTES[compression] / VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"]
-    round_cost = (1 + slots) * per_value
+    # Running squares travel in float32 in any round (ModelStateAverager.exact); all against
+    # a sync step's gradients, which --fp16-allreduce sends as float16 too.
+    round_bytes = (1 + moments) * VALUE_BYTES[compression] + squares * VALUE_BYTES["none"]
+    round_cost = round_bytes / VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"]
     if not isinstance(period, int) or period > round_cost:
         return None
     return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at "
             f"{job_size(workers, hosts)}, and each round moves {round_cost:g}x a sync step's "
             f"bytes: as many as --mode sync, which would keep the workers identical; use it, "
             f"or a longer period")
-
-
-def int8_moments_warning(cfg: TrainConfig, workers: int) -> str | None:
-    """A line for rank 0 when int8 rounds would carry Adam's or LAMB's moments
-    (--average-optimizer-state). A round quantises the weights and the moments in one
-    vector against scales set by its largest changes, and the running squares, orders of
-    magnitude smaller and divided by, come back coarse: LAMB's state averaged in int8
-    rounds ended 4.5 and 6.6 points below float32 rounds at 4 x 64 and 16 x 64 (one seed
-    each; BENCHMARKS.md, "LAMB's state averaged in rounds"). SGD's momentum, a signed sum
-    of gradients, ended level with float32 there (8 x 64, 3 seeds)."""
-    if cfg.mode not in LOCAL_MODES or not cfg.average_optimizer_state or workers < 2:
-        return None
-    cfg = settled(cfg.resolved(), workers)
-    compression = rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
-    if compression != "int8" or cfg.optimizer not in WITH_RUNNING_SQUARES:
-        return None
-    return (f"hvdtrain: warning: --average-optimizer-state sends {cfg.optimizer}'s moments in "
-            f"int8 rounds, which ended LeNet 4.5 and 6.6 points below float32 rounds at 4 and "
-            f"16 workers (one seed each); keep them local (the default) or give "
-            f"--round-compression none")
 
 
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:
