@@ -263,6 +263,15 @@ class TrainConfig:
         1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging",
         modes=LOCAL_MODES)
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
+    rescale_rounds: bool = _opt(
+        False, "local mode: each round stretches the mean step of each weight variable (from "
+               "the last round's model) to the workers' mean length of their own steps of it, "
+               "by at most sqrt(workers). A mean of steps of one length but noisy directions "
+               "is shorter than they are, and LAMB and LARS set each layer's step length, so "
+               "the average moves less than sync's one step would, most as the rate decays. "
+               "One allreduce of a float per variable more a round. Blocking flat rounds "
+               "only: not with --mode async, --hierarchical-sgd or --round-fragments",
+        modes=("local",))
     round_compression: str | None = _opt(
         None, "local and async modes: how a round's state travels. none: as it is, in one "
                 "allreduce (with --fp16-allreduce: as fp16 below). fp16 or int8: each worker sends its "
@@ -416,6 +425,8 @@ class TrainConfig:
         _check_dependent_options(self)
         if self.round_fragments > 1:
             _check_fragments(self)
+        if self.rescale_rounds:
+            _check_rescaled(self)
         if self.mode == "async":
             _check_async(self)
         if self.sync_seconds is not None:
@@ -536,6 +547,16 @@ def _check_fragments(cfg: "TrainConfig") -> None:
         if problem:
             raise ConfigError(f"--round-fragments {cfg.round_fragments} does not work with "
                               f"{given} yet")
+
+
+def _check_rescaled(cfg: "TrainConfig") -> None:
+    """--rescale-rounds stretches a blocking round's mean among all workers (async mode is
+    refused as for any local-mode option)."""
+    for problem, given in ((cfg.hierarchical_sgd, "--hierarchical-sgd"),
+                           (cfg.round_fragments > 1, f"--round-fragments {cfg.round_fragments}")):
+        if problem:
+            raise ConfigError(f"--rescale-rounds needs flat rounds of the whole model, got "
+                              f"{given}")
 
 
 def _check_async(cfg: "TrainConfig") -> None:

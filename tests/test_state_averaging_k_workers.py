@@ -70,13 +70,16 @@ def compressed_round(world) -> bool:
     return [call.kind for call in world.calls[:2]] == ["alltoall", "allgather"]
 
 
-def round_at(rank, averagers, distances=None, **average_options):
+def round_at(rank, averagers, distances=None, before=None, **average_options):
     """Rank `rank`'s `average()` in a world whose other workers send what theirs do and
-    report `distances` (by rank) from the mean; returns (its world, the distance it gives)."""
+    report `distances` (by rank) from the mean; `before(world)` holds any other sends.
+    Returns (its world, the distance it gives)."""
     sent = sends(averagers, rank, average_options.get("take_chief", False))
     world = FakeComm(len(averagers), rank)
     with world:
         world.hold_sent(sent)
+        if before is not None:
+            before(world)
         if distances is not None:
             # Each worker reports its distance and its inner rate (the outer step takes the
             # workers' mean rate): here every worker's rate is this one's.

@@ -107,6 +107,10 @@ class LocalSGD(keras.callbacks.Callback):
         ends, evaluations, saves, the warm start's hand-over, the run's end) average every
         fragment. Each fragment keeps its own compressed reference and residual. Not
         with an outer optimizer or `sync_seconds`.
+      rescale_rounds: stretch each weight's mean step in a round to the workers' mean
+        length of their own steps (at most by sqrt(workers); `ModelStateAverager(rescale=
+        True)`): with LAMB or LARS, which set each layer's step length, the mean of noisy
+        steps otherwise moves less than sync mode's step. Blocking flat rounds only.
       overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
         `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
         progress since the round began, and waits only when a round outlasts the
@@ -185,7 +189,7 @@ class LocalSGD(keras.callbacks.Callback):
                  saves: SavePlan | None = None, hierarchical: bool = False,
                  epoch_rounds: bool = True, run_epochs: int | None = None,
                  round_compression: str = "none", round_fragments: int = 1,
-                 clock: Callable[[], float] = time.monotonic):
+                 rescale_rounds: bool = False, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
@@ -193,6 +197,7 @@ class LocalSGD(keras.callbacks.Callback):
         _check_fragments(round_fragments, outer_optimizer, sync_seconds)
         _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
                            warm_start_steps, epoch_rounds)
+        _check_rescaled(rescale_rounds, overlap, hierarchical, round_fragments)
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
         self.hierarchical = hierarchical
@@ -207,7 +212,7 @@ class LocalSGD(keras.callbacks.Callback):
         self._averager_for = functools.partial(
             averager, trainable=True, statistics=average_bn_stats,
             optimizer_state=average_optimizer_state, outer=outer, compression=round_compression,
-            across_hosts=hierarchical)
+            across_hosts=hierarchical, rescale=rescale_rounds)
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
@@ -535,6 +540,14 @@ def _check_combination(overlap: bool, outer_optimizer: str, sync_seconds, hierar
     if not epoch_rounds and (overlap or sync_seconds is not None):
         raise ArgumentError("LocalSGD(epoch_rounds=False) needs blocking rounds every n_sync "
                             f"steps, got overlap={overlap} and sync_seconds={sync_seconds!r}")
+
+
+def _check_rescaled(rescale_rounds: bool, overlap: bool, hierarchical: bool,
+                    round_fragments: int) -> None:
+    if rescale_rounds and (overlap or hierarchical or round_fragments != 1):
+        raise ArgumentError(f"LocalSGD(rescale_rounds=True) needs blocking flat rounds of the "
+                            f"whole model, got overlap={overlap}, hierarchical={hierarchical} "
+                            f"and round_fragments={round_fragments}")
 
 
 def _ended_on_own_data(epoch: int, examples: int, epoch_end: int) -> ArgumentError:

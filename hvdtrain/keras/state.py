@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import keras
@@ -185,12 +186,13 @@ class ModelStateAverager:
     def __init__(self, model: keras.Model, *, trainable: bool = True,
                  statistics: bool = True, optimizer_state: bool = False,
                  outer: OuterOptimizer | None = None, compression: str = "none", only=None,
-                 across_hosts: bool = False):
+                 across_hosts: bool = False, rescale: bool = False):
         """`only`: average just these of the chosen variables, or column slices of them
         (a round's fragment, `hvdtrain.keras.fragmented_rounds`), with a reference and
         residual of their own. `across_hosts`: a host's workers hold the same state
         (hierarchical local SGD), so a round is cut in host shards when the hosts are of
-        one size (`hvdtrain.keras.host_shards`)."""
+        one size (`hvdtrain.keras.host_shards`). `rescale`: a round stretches each weight's
+        mean step to the workers' mean step length (`_stretch`)."""
         self.model = model
         self.across_hosts = across_hosts
         kept: dict[int, list] | None = None
@@ -245,6 +247,12 @@ class ModelStateAverager:
             self.weights_reference = (self.anchor if self.anchor is not None
                                       else _copies(self.weights))
             self.others_reference = _copies(self.statistics + self.slots)
+        # Where this round's steps start from, for `rescale`: the compressed rounds'
+        # reference or SlowMo's x0 when there is one, else a copy kept for the purpose.
+        self.origin = None
+        self._own_origin = rescale and self.weights_reference is None and self.anchor is None
+        if rescale and self.weights:
+            self.origin = self.weights_reference or self.anchor or _copies(self.weights)
         self._average_fn = self._mean_fn = None
         self._traced_for: tuple[int, int, int] | None = None
 
@@ -289,11 +297,12 @@ class ModelStateAverager:
         Cut in host shards, its shard's, which is what crosses hosts: the gather of the
         shards inside the host is not counted."""
         shards = self.shards
+        lengths = 4 * len(self.weights) if self.origin is not None else 0  # `rescale`'s
         if self.compressed is None:
-            return _float_bytes(self.variables, shards)
+            return _float_bytes(self.variables, shards) + lengths
         exact = [self.variables[j] for j in self.exact]
         coded = self.compressed.payload_bytes(shards) if self.compressed.length else 0
-        return coded + (_float_bytes(exact, shards) if exact else 0)
+        return coded + (_float_bytes(exact, shards) if exact else 0) + lengths
 
     @property
     def bytes_per_round(self) -> int:
@@ -333,6 +342,8 @@ class ModelStateAverager:
             assign(self.reference, read(self.variables))  # SlowMo's x0 among them
         elif self.anchor is not None:
             assign(self.anchor, read(self.weights))
+        if self._own_origin and self.origin is not None:
+            assign(self.origin, read(self.weights))
 
     def average(self, apply_outer: bool = True, take_chief: bool = False) -> float:
         """One averaging round; returns the mean L2 distance of a worker's weights from the average.
@@ -367,9 +378,13 @@ class ModelStateAverager:
         distance = tf.constant(0.0)
         if self.weights:
             distance, inner_lr = _job_means(weight_distance(values[:n], results[:n]), inner_lr)
+        if self.origin is not None and not take_chief:
+            results[:n] = self._stretched(values[:n], results[:n])
         if self.anchor is not None:
             results[:n] = self._outer_update(results[:n], inner_lr, apply_outer)
         assign(self.variables, results)
+        if self._own_origin and self.origin is not None:
+            assign(self.origin, results[:n])
         if self.reference is not None:  # what every worker now holds
             if self.anchor is None:  # else the outer update has set x0, the weights' reference
                 assign(self.weights_reference, results[:n])
@@ -439,6 +454,17 @@ class ModelStateAverager:
                 received[j] = mean
         return received
 
+    def _stretched(self, own, means) -> list[tf.Tensor]:
+        """`means` of the weights, each step from the origin stretched to the workers' mean
+        length of their own steps of that variable (one small allreduce)."""
+        origin = read(self.origin)
+        lengths = tf.stack([tf.norm(tf.cast(o - x, tf.float32)) for o, x in zip(origin, own)])
+        (mean_lengths,) = comm.average([lengths], name="step_lengths")
+        # Read when traced, like the rank; a resized job retraces.
+        longest = math.sqrt(comm.size())
+        return [_stretch(o, m, length, longest)
+                for o, m, length in zip(origin, means, tf.unstack(mean_lengths))]
+
     def _outer_update(self, means, inner_lr, apply_outer: bool) -> list:
         """The new x0, which every worker takes: the outer step from the mean, or the mean."""
         if not apply_outer:
@@ -456,6 +482,18 @@ class ModelStateAverager:
             anchor.assign(new_anchor)
             targets.append(new_anchor)
         return targets
+
+
+def _stretch(origin, mean, length, longest: float) -> tf.Tensor:
+    """x₀ − (x₀ − x̄) · r with r = min(longest, ℓ / |x₀ − x̄|), 1 where x̄ = x₀: the mean step
+    x₀ − x̄ as long as the workers' own steps were on average (ℓ). A mean of W steps of
+    one length but noisy directions is shorter than they are (by √W where they are
+    unrelated, hence `longest`), and an optimizer that sets each layer's step length, as
+    LAMB and LARS do, then moves the average less than sync mode's one step would."""
+    step = origin - mean
+    norm = tf.norm(tf.cast(step, tf.float32))
+    ratio = tf.where(norm > 0.0, tf.minimum(longest, tf.math.divide_no_nan(length, norm)), 1.0)
+    return origin - step * tf.cast(ratio, step.dtype)
 
 
 def _float_bytes(variables, shards: HostShards | None) -> int:
