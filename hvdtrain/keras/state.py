@@ -249,10 +249,11 @@ class ModelStateAverager:
             self.others_reference = _copies(self.statistics + self.slots)
         # Where this round's steps start from, for `rescale`: the compressed rounds'
         # reference or SlowMo's x0 when there is one, else a copy kept for the purpose.
-        self.origin = None
-        self._own_origin = rescale and self.weights_reference is None and self.anchor is None
+        self.origin, self._own_origin = None, False
         if rescale and self.weights:
-            self.origin = self.weights_reference or self.anchor or _copies(self.weights)
+            shared = self.weights_reference or self.anchor
+            self._own_origin = shared is None
+            self.origin = _copies(self.weights) if shared is None else shared
         self._average_fn = self._mean_fn = None
         self._traced_for: tuple[int, int, int] | None = None
 
@@ -342,7 +343,7 @@ class ModelStateAverager:
             assign(self.reference, read(self.variables))  # SlowMo's x0 among them
         elif self.anchor is not None:
             assign(self.anchor, read(self.weights))
-        if self._own_origin and self.origin is not None:
+        if self._own_origin:
             assign(self.origin, read(self.weights))
 
     def average(self, apply_outer: bool = True, take_chief: bool = False) -> float:
@@ -383,7 +384,7 @@ class ModelStateAverager:
         if self.anchor is not None:
             results[:n] = self._outer_update(results[:n], inner_lr, apply_outer)
         assign(self.variables, results)
-        if self._own_origin and self.origin is not None:
+        if self._own_origin:
             assign(self.origin, results[:n])
         if self.reference is not None:  # what every worker now holds
             if self.anchor is None:  # else the outer update has set x0, the weights' reference
