@@ -36,6 +36,8 @@ RUNS = {
     # Adam's moments averaged: the first coded, the running squares in float32
     "int8_adam_state": dict(LOCAL, round_compression="int8", optimizer="adam", base_lr=1e-3,
                             average_optimizer_state=True),
+    # LAMB's steps, each round's mean stretched to their length (--rescale-rounds)
+    "int8_rescaled": dict(LOCAL, round_compression="int8", optimizer="lamb", rescale_rounds=True),
 }
 ROUND_STEPS = (3, 6)
 
@@ -49,8 +51,8 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
-@pytest.mark.parametrize("name", ["int8", "fp16", "int8_adam_state"])
+@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
+@pytest.mark.parametrize("name", ["int8", "fp16", "int8_adam_state", "int8_rescaled"])
 def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round(results, name):
     ranks = results[name]
     for step in range(7):
@@ -60,14 +62,14 @@ def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
 def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results):
     ranks = results["async_int8"]
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
 def test_compressed_rounds_train_near_the_float32_rounds(results):
     plain = results["none"][0]["final"]
     for name in ("int8", "fp16"):
@@ -76,7 +78,7 @@ def test_compressed_rounds_train_near_the_float32_rounds(results):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
 def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     summaries = {name: json.loads(str(results[name][0]["summary"])) for name in RUNS}
     plain = summaries["none"]
@@ -92,6 +94,10 @@ def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     adam = summaries["int8_adam_state"]
     assert adam["bytes_allreduced"] == adam["averaging_rounds"] * (
         quantize.payload_bytes(2 * adam["parameters"], 2, "int8") + 4 * adam["parameters"])
+    # Rescaled rounds add a float per weight variable: LeNet-5's 5 kernels and 5 biases.
+    rescaled = summaries["int8_rescaled"]
+    assert rescaled["bytes_allreduced"] == rescaled["averaging_rounds"] * (
+        quantize.payload_bytes(rescaled["parameters"], 2, "int8") + 4 * 10)
     # int8 rounds move about a quarter of float32's bytes (padding to whole chunks aside).
     assert summaries["int8"]["bytes_allreduced"] < 0.26 * plain["bytes_allreduced"]
 
