@@ -149,8 +149,8 @@ class TrainConfig:
                "x |gradient|: give it a --base-lr 10 to 30 times SGD's (LeNet at a global batch "
                "of 256 trained at 1 and 3, diverged at 10). lamb: Keras's Lamb, Adam with the "
                f"same per-layer ratio; its peak is capped at {DEFAULT_MAX_LR['lamb']:g} "
-               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode with the optimizer state "
-               "kept local) unless --max-lr says "
+               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode with --no-rescale-rounds "
+               "and the optimizer state kept local) unless --max-lr says "
                "otherwise. At 0.03 in sync mode it ended 3 to 4 points "
                "above SGD's defaults at a global batch of 1024 (LeNet), and level at 512 "
                "(LeNet, ResNet-20)", OPTIMIZERS)
@@ -167,9 +167,11 @@ class TrainConfig:
     max_lr: float | None = _opt(
         None, f"cap on the peak rate after --lr-scaling (and on the warmup's start); 0: no "
               f"cap. Default {DEFAULT_MAX_LR['lamb']:g} with --optimizer lamb "
-              f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode, whose workers' steps a "
-              f"round averages: 0.45 points above 0.03 at 32 x 32 over 5 epochs; not with "
-              f"--average-optimizer-state, whose shared momentum keeps the steps' length: "
+              f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode with --no-rescale-rounds, "
+              f"whose rounds' mean of the workers' steps is shorter than they are: 0.45 points "
+              f"above 0.03 at 32 x 32 over 5 epochs; not with --rescale-rounds, on there by "
+              f"default, which gives the mean step their length back, nor with "
+              f"--average-optimizer-state, whose shared momentum keeps it: "
               f"0.06 there ended 5.7 points lower at 16 x 64, or diverged), else "
               f"{DEFAULT_MAX_LR_OTHERWISE:g}, which binds from a global batch of 256 (linear): "
               f"LeNet with SGD broke down above it at 512 and 1024, and LAMB at 0.1 sat at "
@@ -253,8 +255,9 @@ class TrainConfig:
                "16 workers ended 0.2 and 0.4 points below averaging it (3 seeds each, within "
                "the intervals) at half the bytes. Async mode's rounds land a period late: "
                "averaging a period-stale momentum cost async runs about 4 points at 4 workers. "
-               f"With LAMB in local mode it lowers the default --max-lr to "
-               f"{DEFAULT_MAX_LR['lamb']:g}, sync's (see there)",
+               f"With LAMB in local mode it keeps the default --max-lr at "
+               f"{DEFAULT_MAX_LR['lamb']:g}, sync's, and turns --rescale-rounds' default off "
+               f"(see there)",
         modes=LOCAL_MODES, elsewhere="ignored")
     outer_optimizer: str = _opt(
         "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS,
@@ -263,14 +266,18 @@ class TrainConfig:
         1.0, "outer learning rate (alpha of SlowMo); 1.0 with momentum 0 is plain averaging",
         modes=LOCAL_MODES)
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
-    rescale_rounds: bool = _opt(
-        False, "local mode: each round stretches the mean step of each weight variable (from "
-               "the last round's model) to the workers' mean length of their own steps of it, "
-               "by at most sqrt(workers). A mean of steps of one length but noisy directions "
-               "is shorter than they are, and LAMB and LARS set each layer's step length, so "
-               "the average moves less than sync's one step would, most as the rate decays. "
-               "One allreduce of a float per variable more a round. Blocking flat rounds "
-               "only: not with --mode async, --hierarchical-sgd or --round-fragments",
+    rescale_rounds: bool | None = _opt(
+        None, "local mode: each round stretches the mean step of each weight variable (from "
+              "the last round's model) to the workers' mean length of their own steps of it, "
+              "by at most sqrt(workers). A mean of steps of one length but noisy directions "
+              "is shorter than they are, and LAMB and LARS set each layer's step length, so "
+              "the average moves less than sync's one step would, most as the rate decays. "
+              "One allreduce of a float per variable more a round. Default: on with LAMB in "
+              "flat local mode (where --optimizer auto takes it, from a global batch of 1024; "
+              "then LAMB's cap is sync's, see --max-lr) unless --average-optimizer-state or "
+              "--round-fragments; off otherwise (SGD's mean step is the large batch's). "
+              "Flat rounds of the whole model only: not with --hierarchical-sgd or "
+              "--round-fragments",
         modes=("local",))
     round_compression: str | None = _opt(
         None, "local and async modes: how a round's state travels. none: as it is, in one "
@@ -406,9 +413,12 @@ class TrainConfig:
         changes = {f.name: f.metadata["default_per_mode"][self.mode]
                    for f in dataclasses.fields(self)
                    if getattr(self, f.name) is None and self.mode in f.metadata["default_per_mode"]}
+        if self.rescale_rounds is None and self.mode == "local" and self.optimizer != "auto":
+            changes["rescale_rounds"] = _rescales_by_default(self)
         if self.max_lr is None and self.optimizer != "auto":  # set once auto has chosen
-            changes["max_lr"] = default_max_lr(self.optimizer, self.mode, self.hierarchical_sgd,
-                                               self.average_optimizer_state)
+            changes["max_lr"] = default_max_lr(
+                self.optimizer, self.mode, self.hierarchical_sgd, self.average_optimizer_state,
+                bool(changes.get("rescale_rounds", self.rescale_rounds)))
         if self.n_sync is None and self.mode == "local" and not self.hierarchical_sgd:
             changes["n_sync"] = _flat_local_period(self.optimizer)
         if self.hierarchical_sgd and self.n_sync is None:
@@ -445,6 +455,13 @@ def ignored_in(mode: str) -> frozenset[str]:
     """Options `mode` ignores whatever their values (so a run may resume under others)."""
     return frozenset(f.name for f in dataclasses.fields(TrainConfig)
                      if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "ignored")
+
+
+def _rescales_by_default(cfg: TrainConfig) -> bool:
+    """Whether local mode's rounds are rescaled when --rescale-rounds is not given: on LAMB,
+    with whole flat rounds of each worker's own steps (a shared momentum keeps their length)."""
+    return (cfg.optimizer == "lamb" and not cfg.hierarchical_sgd and cfg.round_fragments == 1
+            and not cfg.average_optimizer_state)
 
 
 def _flat_local_period(optimizer: str) -> int | None:

@@ -140,7 +140,7 @@ def divergence_message(reason: str, step: int, peak_lr: float | None,
     cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
     other = "" if lamb else (f", --optimizer lamb (its peak is capped at "
                              f"{DEFAULT_MAX_LR['lamb']:g}, {DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat "
-                             "local mode)")
+                             "local mode with --no-rescale-rounds)")
     return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
             f"{global_batch}); try --lr-scaling sqrt, {cap}{other}, or a lower --base-lr "
             f"(--no-divergence-guard lets it go on)")

@@ -9,9 +9,9 @@ hvdtrain's measurements used.
 
 Flat local mode takes LAMB from a global batch of 1,024 too: with its defaults (int8 rounds
 every 2 steps, momentum kept local) LAMB ended above SGD at every seed, by 2.06 points at
-16 x 64 and 2.26 at 32 x 32 in the means (3 seeds each). Its cap there is twice sync's
-(`schedules.default_max_lr`), and its rounds come every step
-(`config.DEFAULT_LOCAL_LAMB_N_SYNC`).
+16 x 64 and 2.26 at 32 x 32 in the means (3 seeds each). Its rounds come every step
+(`config.DEFAULT_LOCAL_LAMB_N_SYNC`) and are rescaled (`--rescale-rounds`), at sync's cap;
+unrescaled, its cap is twice sync's (`schedules.default_max_lr`).
 
 Everything else takes SGD:
 - async mode and hierarchical local SGD, whose LAMB is not measured;

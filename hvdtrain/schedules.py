@@ -30,6 +30,8 @@ DEFAULT_MAX_LR_OTHERWISE = 0.1
 # it, their steps point alike and a round keeps their length, as sync's step does. There
 # 0.06 ended 5.7 points below momentum kept local at 16 x 64, or diverged in int8 rounds,
 # so averaged state takes sync's cap (BENCHMARKS.md, "LAMB's state averaged in rounds").
+# So do rescaled rounds (--rescale-rounds, on by default with LAMB), which give a round's
+# mean step the workers' own length back: 0.06 is for --no-rescale-rounds.
 DEFAULT_LOCAL_LAMB_MAX_LR = 0.06
 # Step decay multiplies the rate by 0.1 at these fractions of the post-warmup steps.
 STEP_DECAY_POINTS = (0.5, 0.75)
@@ -52,10 +54,10 @@ def scaled_lr(base_lr: float, global_batch: int, scaling: str = "linear",
 
 
 def default_max_lr(optimizer: str, mode: str, hierarchical: bool,
-                   average_optimizer_state: bool = False) -> float:
+                   average_optimizer_state: bool = False, rescale_rounds: bool = False) -> float:
     """The cap on the peak rate when --max-lr is not given."""
     if optimizer == "lamb" and mode == "local" and not hierarchical \
-            and not average_optimizer_state:
+            and not average_optimizer_state and not rescale_rounds:
         return DEFAULT_LOCAL_LAMB_MAX_LR
     return DEFAULT_MAX_LR.get(optimizer, DEFAULT_MAX_LR_OTHERWISE)
 

@@ -32,12 +32,17 @@ def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
     assert cfg.optimizer == "auto" and cfg.max_lr is None  # the cap waits for the choice
     assert (settled(cfg, 16).optimizer, settled(cfg, 16).max_lr) == ("lamb", 0.03)  # 16 x 64
     assert (settled(cfg, 8).optimizer, settled(cfg, 8).max_lr) == ("sgd", 0.1)
-    # Flat local mode's LAMB takes twice sync's cap: a round averages one-batch steps.
+    # Flat local mode's LAMB rescales its rounds, which give the steps their length back:
+    # sync's cap. Without rescaling, twice it: a round's mean of one-batch steps is shorter.
     local = load_config(None, {"mode": "local"}).resolved()
-    assert (settled(local, 16).optimizer, settled(local, 16).max_lr) == ("lamb", 0.06)
+    assert (settled(local, 16).optimizer, settled(local, 16).max_lr) == ("lamb", 0.03)
+    assert settled(local, 16).rescale_rounds and not settled(local, 8).rescale_rounds
+    plain = load_config(None, {"mode": "local", "rescale_rounds": False}).resolved()
+    assert (settled(plain, 16).optimizer, settled(plain, 16).max_lr) == ("lamb", 0.06)
     # Not when the momentum is averaged in rounds: shared, it keeps the steps' length.
     shared = load_config(None, {"mode": "local", "average_optimizer_state": True}).resolved()
     assert (settled(shared, 16).optimizer, settled(shared, 16).max_lr) == ("lamb", 0.03)
+    assert not settled(shared, 16).rescale_rounds
     hierarchical = load_config(None, {"mode": "local", "hierarchical_sgd": True,
                                       "optimizer": "lamb"}).resolved()
     assert hierarchical.max_lr == 0.03  # not measured there: sync's cap

@@ -70,7 +70,7 @@ def state_callback(cfg: TrainConfig, model: keras.Model, progress: TrainingProgr
             average_bn_stats=cfg.average_bn_stats,
             average_optimizer_state=cfg.average_optimizer_state,
             outer_optimizer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
-            outer_momentum=cfg.outer_momentum, rescale_rounds=cfg.rescale_rounds,
+            outer_momentum=cfg.outer_momentum, rescale_rounds=bool(cfg.rescale_rounds),
             # --fp16-allreduce sends the rounds as fp16 unless another compression is asked.
             round_compression=rounds_compression(cfg.round_compression, cfg.fp16_allreduce),
             round_fragments=cfg.round_fragments,

@@ -10,10 +10,11 @@ from typing import Any, Callable
 
 import keras
 import tensorflow as tf
+import yaml
 
 from hvdtrain import comm
 from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, declared_default, ignored_in,
-                             load_config, option_flag)
+                             load_config, option_flag, refused_in)
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import settled
 from hvdtrain.periods import resolve_period
@@ -106,8 +107,24 @@ def _check_unfinished(cfg: TrainConfig) -> None:
         raise ConfigError(f"run folder {cfg.out} holds a finished run; choose a new --out")
 
 
+# Options a run's config.yaml lacks when it was saved before they existed, with the value
+# those runs trained with: the new default would otherwise pass for what the run did.
+BEFORE_THEY_EXISTED = {"rescale_rounds": False}
+
+
 def _saved_config(cfg: TrainConfig) -> TrainConfig:
-    return load_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved()
+    path = os.path.join(cfg.out, run_folder.CONFIG)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            saved = yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        saved = None  # load_config says what is wrong, in one line
+    older = {}
+    if isinstance(saved, dict):  # what its mode uses, that is
+        unused = dict(refused_in(saved.get("mode", declared_default("mode"))))
+        older = {name: value for name, value in BEFORE_THEY_EXISTED.items()
+                 if name not in saved and name not in unused}
+    return load_config(path, older).resolved()
 
 
 # Options that shape the job before the run folder is read (Horovod's process sets, the
@@ -172,11 +189,12 @@ def _as_given(name: str, value: Any) -> str:
     return f"{option_flag(name)} {value}"
 
 
-def kept_notice(cfg: TrainConfig, kept: dict[str, Any]) -> str:
+def kept_notice(cfg: TrainConfig, kept: dict[str, Any], optimizer: str) -> str:
     """Rank 0's line when a resumed run keeps saved options over this command's defaults.
-    It leaves out what follows from the others kept: a kept `--mode local` brings that
-    mode's own defaults, which the user need not be told apart."""
-    under = dataclasses.replace(cfg, **kept)
+    It leaves out what follows from the others kept and the `optimizer` the run took: a
+    kept `--mode local` brings that mode's own defaults, which the user need not be told
+    apart."""
+    under = settled(dataclasses.replace(cfg, **kept), 0, resumed=optimizer)  # 0: no choice made
     named = {name: value for name, value in kept.items()
              if not _is_default(under, name)} or kept
     options = ", ".join(_as_given(name, value) for name, value in named.items())

@@ -145,7 +145,7 @@ def _keep_saved(cfg: TrainConfig, plan: ResumePlan) -> TrainConfig:
     if not plan.kept:
         return cfg
     if comm.is_chief():
-        print(kept_notice(cfg, plan.kept), flush=True)
+        print(kept_notice(cfg, plan.kept, plan.optimizer), flush=True)
     return replace(cfg, **plan.kept)
 
 
