@@ -278,7 +278,8 @@ class TrainConfig:
               "--round-fragments; off otherwise (SGD's mean step is the large batch's). "
               "Flat rounds of the whole model only: not with --hierarchical-sgd or "
               "--round-fragments",
-        modes=("local",))
+        # Off where unused, so that a sweep's sync run can put it back (`refused_in`).
+        modes=("local",), default_per_mode={"sync": False, "async": False})
     round_compression: str | None = _opt(
         None, "local and async modes: how a round's state travels. none: as it is, in one "
                 "allreduce (with --fp16-allreduce: as fp16 below). fp16 or int8: each worker sends its "

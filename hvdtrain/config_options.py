@@ -33,8 +33,9 @@ def default_text(f: dataclasses.Field) -> str | None:
     mode, 10/workers in async mode", in the modes that use it)."""
     per_mode = f.metadata["default_per_mode"]
     if per_mode:
+        # None where no mode that uses it has its own: the help text says it.
         return ", ".join(f"{_shown(per_mode[mode])} in {mode} mode"
-                         for mode in f.metadata["modes"] if mode in per_mode)
+                         for mode in f.metadata["modes"] if mode in per_mode) or None
     return None if f.default is None else _shown(f.default)
 
 

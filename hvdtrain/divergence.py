@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from hvdtrain.schedules import DEFAULT_LOCAL_LAMB_MAX_LR, DEFAULT_MAX_LR
+from hvdtrain.schedules import DEFAULT_MAX_LR
 
 WINDOW = 20
 FACTOR = 1.5
@@ -139,8 +139,7 @@ def divergence_message(reason: str, step: int, peak_lr: float | None,
     peak = f"peak learning rate {peak_lr:.4g}" if peak_lr is not None else "its learning rate"
     cap = f"--max-lr {peak_lr / 4:.3g}" if peak_lr is not None else "--max-lr"
     other = "" if lamb else (f", --optimizer lamb (its peak is capped at "
-                             f"{DEFAULT_MAX_LR['lamb']:g}, {DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat "
-                             "local mode with --no-rescale-rounds)")
+                             f"{DEFAULT_MAX_LR['lamb']:g})")
     return (f"training diverged at step {step}: {reason} ({peak} for a global batch of "
             f"{global_batch}); try --lr-scaling sqrt, {cap}{other}, or a lower --base-lr "
             f"(--no-divergence-guard lets it go on)")

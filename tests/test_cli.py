@@ -203,8 +203,8 @@ def test_a_diverging_run_ends_in_the_guards_one_line_without_a_traceback(tmp_pat
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("hvdtrain: error: training diverged at step "), last
     assert "(peak learning rate 0.0625 for a global batch of 8); try --lr-scaling sqrt, " \
-           "--max-lr 0.0156, --optimizer lamb (its peak is capped at 0.03, 0.06 in flat " \
-           "local mode), or a lower --base-lr" in last
+           "--max-lr 0.0156, --optimizer lamb (its peak is capped at 0.03), or a lower " \
+           "--base-lr" in last
     assert not (tmp_path / "run" / "summary.json").exists()
 
 

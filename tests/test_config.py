@@ -229,14 +229,17 @@ def test_a_lamb_local_run_saved_with_rounds_every_2_steps_goes_on_with_them(tmp_
 
 @pytest.mark.parametrize("mode", ["local", "async", "sync"])
 def test_a_run_saved_before_rescaled_rounds_existed_goes_on_without_them(tmp_path, mode):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.training.resume import Job, kept_notice, plan_resume
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(
         {"mode": mode, "optimizer": "lamb", "batch_size": 32, "n_sync": 1}))
     cfg = load_config(None, {"mode": mode, "batch_size": 32, "out": str(tmp_path)})
-    kept = plan_resume(cfg.resolved(), Job(32, 1)).kept
+    plan = plan_resume(cfg.resolved(), Job(32, 1))
     # A local run kept its LAMB cap of the time too, which rescaled rounds lower to sync's.
-    assert kept == ({"rescale_rounds": False, "max_lr": 0.06} if mode == "local" else {})
+    assert plan.kept == ({"rescale_rounds": False, "max_lr": 0.06} if mode == "local" else {})
+    if mode == "local":  # the cap follows from --no-rescale-rounds: not named apart
+        assert "as it was started: --no-rescale-rounds (this command" in \
+            kept_notice(cfg, plan.kept, plan.optimizer)
 
 
 @pytest.mark.parametrize("saved, given, message", [
@@ -270,12 +273,9 @@ def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
          "average_optimizer_state": True}))
     cfg = load_config(None, {"out": str(tmp_path), "log_every": 5}).resolved()
     plan = plan_resume(cfg, Job(4, 1))
-    # rescale_rounds: off, as in every local run saved before the option existed.
     assert plan.kept == {"epochs": 3, "local_lr_workers": 8, "mode": "local", "n_sync": 7,
-                         "average_optimizer_state": True, "round_compression": "fp16",
-                         "rescale_rounds": False}
-    # The line leaves out --local-lr-workers 8 and --no-rescale-rounds: local mode's own
-    # defaults here, kept with it.
+                         "average_optimizer_state": True, "round_compression": "fp16"}
+    # The line leaves out --local-lr-workers 8: local mode's own default, kept with it.
     assert kept_notice(cfg, plan.kept, plan.optimizer) == (
         f"hvdtrain: resuming {tmp_path} as it was started: --epochs 3, --mode local, "
         "--n-sync 7, --average-optimizer-state, --round-compression fp16 (this command gave "

@@ -80,8 +80,7 @@ def test_the_message_names_the_step_the_peak_the_batch_and_what_to_try():
     assert "\n" not in line
     for words in ("step 40", "peak learning rate 0.4", "global batch of 1024",
                   "--lr-scaling sqrt", "--max-lr 0.1",
-                  "--optimizer lamb (its peak is capped at 0.03, 0.06 in flat local mode with "
-                  "--no-rescale-rounds)",
+                  "--optimizer lamb (its peak is capped at 0.03)",
                   "--base-lr",
                   "--no-divergence-guard"):
         assert words in line, words

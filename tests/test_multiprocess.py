@@ -428,13 +428,14 @@ def test_the_default_optimizer_takes_lamb_at_a_global_batch_of_1024_and_the_run_
     assert len(notices) == 1 and "took lamb" in notices[0]  # rank 0 alone says it
     saved = load_config(str(out / "config.yaml"))
     assert (saved.optimizer, saved.max_lr) == ("lamb", 0.03)
-    # Flat local mode takes LAMB there too, at twice sync's cap, and rounds every step.
+    # Flat local mode takes LAMB there too, with rescaled rounds every step at sync's cap.
     local = tmp_path / "local"
     horovodrun("hvdtrain", "train", "--data-dir", data_dir, "--batch-size", "512", "--mode",
                "local", "--epochs", "1", "--steps-per-epoch", "2", "--no-validate",
                "--out", str(local), timeout=300)
     saved = load_config(str(local / "config.yaml"))
-    assert (saved.optimizer, saved.max_lr, saved.n_sync) == ("lamb", 0.06, 1)
+    assert (saved.optimizer, saved.max_lr, saved.n_sync, saved.rescale_rounds) == (
+        "lamb", 0.03, 1, True)
     summary = json.loads((local / "summary.json").read_text())
     assert (summary["averaging_rounds"], summary["n_sync"]) == (2, 1)
 
