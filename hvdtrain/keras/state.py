@@ -240,9 +240,9 @@ class ModelStateAverager:
         # beside the coded rest.
         self.exact = [j for j in self.non_negative_positions
                       if j >= len(self.weights) + len(self.statistics)]
-        coded = [v for j, v in enumerate(self.variables) if j not in self.exact]
+        self.coded = [j for j in range(len(self.variables)) if j not in self.exact]
         self.compressed = None if compression == "none" else CompressedExchange(
-            coded, compression)
+            [self.variables[j] for j in self.coded], compression)
         if self.compressed is not None:
             self.weights_reference = (self.anchor if self.anchor is not None
                                       else _copies(self.weights))
@@ -302,7 +302,7 @@ class ModelStateAverager:
         if self.compressed is None:
             return _float_bytes(self.variables, shards) + lengths
         exact = [self.variables[j] for j in self.exact]
-        coded = self.compressed.payload_bytes(shards) if self.compressed.length else 0
+        coded = self.compressed.payload_bytes(shards) if self.coded else 0
         return coded + (_float_bytes(exact, shards) if exact else 0) + lengths
 
     @property
@@ -436,22 +436,20 @@ class ModelStateAverager:
         """`sent`'s exchange in a compressed round: the running squares (`exact`) in
         float32, the rest encoded."""
         received = list(sent)
-        exact = set(self.exact)
-        coded = [j for j in range(len(sent)) if j not in exact]
         if self.exact:
             means = _float_exchange([sent[j] for j in self.exact], take_chief,
                                     f"{name}_squares", shards)
             for j, mean in zip(self.exact, means):
                 received[j] = mean
-        if coded:
+        if self.coded:
             # Rank is read when this is traced, as for the allreduce's share in `exchange`.
             if take_chief:
                 share, name = (1.0 if comm.is_chief() else 0.0), f"{name}_from_chief"
             else:
                 share = None
-            means = self.compressed.mean([sent[j] for j in coded], name=name, share=share,
-                                         feedback=feedback, shards=shards)
-            for j, mean in zip(coded, means):
+            means = self.compressed.mean([sent[j] for j in self.coded], name=name,
+                                         share=share, feedback=feedback, shards=shards)
+            for j, mean in zip(self.coded, means):
                 received[j] = mean
         return received
 
