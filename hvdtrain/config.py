@@ -666,11 +666,17 @@ def parse_interval(text: str) -> tuple[str, int]:
     return unit, int(match.group(1))
 
 
-def load_config(yaml_path: str | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """Defaults, then the YAML file, then the overrides (CLI); validated."""
+def load_config(yaml_path: str | None = None, overrides: Mapping[str, Any] | None = None,
+                absent: Mapping[str, Any] | None = None) -> TrainConfig:
+    """Defaults, then the YAML file, then the overrides (CLI); validated. `absent`: values
+    for options the file does not name, where its mode uses them (a run's config.yaml saved
+    before an option existed ran without it)."""
     values: dict[str, Any] = {}
     if yaml_path is not None:
         values.update(_read_yaml(yaml_path))
+        unused = dict(refused_in(values.get("mode", declared_default("mode"))))
+        values.update({name: value for name, value in (absent or {}).items()
+                       if name not in values and name not in unused})
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value

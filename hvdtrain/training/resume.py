@@ -10,11 +10,10 @@ from typing import Any, Callable
 
 import keras
 import tensorflow as tf
-import yaml
 
 from hvdtrain import comm
 from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, declared_default, ignored_in,
-                             load_config, option_flag, refused_in)
+                             load_config, option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import settled
 from hvdtrain.periods import resolve_period
@@ -114,17 +113,7 @@ BEFORE_THEY_EXISTED = {"rescale_rounds": False}
 
 def _saved_config(cfg: TrainConfig) -> TrainConfig:
     path = os.path.join(cfg.out, run_folder.CONFIG)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            saved = yaml.safe_load(fh)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        saved = None  # load_config says what is wrong, in one line
-    older = {}
-    if isinstance(saved, dict):  # what its mode uses, that is
-        unused = dict(refused_in(saved.get("mode", declared_default("mode"))))
-        older = {name: value for name, value in BEFORE_THEY_EXISTED.items()
-                 if name not in saved and name not in unused}
-    return load_config(path, older).resolved()
+    return load_config(path, absent=BEFORE_THEY_EXISTED).resolved()
 
 
 # Options that shape the job before the run folder is read (Horovod's process sets, the
