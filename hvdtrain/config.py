@@ -458,11 +458,17 @@ def ignored_in(mode: str) -> frozenset[str]:
                      if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "ignored")
 
 
+def rescales_by_default(optimizer: str, hierarchical: bool, fragments: int,
+                        optimizer_state: bool) -> bool:
+    """Whether local mode's rounds are rescaled when not told: on LAMB, with whole flat
+    rounds of each worker's own steps (a shared momentum keeps their length). The CLI's
+    --rescale-rounds and the Keras layer's `LocalSGD(rescale_rounds=None)` both follow it."""
+    return optimizer == "lamb" and not hierarchical and fragments == 1 and not optimizer_state
+
+
 def _rescales_by_default(cfg: TrainConfig) -> bool:
-    """Whether local mode's rounds are rescaled when --rescale-rounds is not given: on LAMB,
-    with whole flat rounds of each worker's own steps (a shared momentum keeps their length)."""
-    return (cfg.optimizer == "lamb" and not cfg.hierarchical_sgd and cfg.round_fragments == 1
-            and not cfg.average_optimizer_state)
+    return rescales_by_default(cfg.optimizer, cfg.hierarchical_sgd, cfg.round_fragments,
+                               cfg.average_optimizer_state)
 
 
 def _flat_local_period(optimizer: str) -> int | None:

@@ -2,12 +2,14 @@
 stretched to the workers' mean step length, at most by sqrt(workers). One process, the
 other workers' sends from the same code (tests/fake_comm.py)."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from hvdtrain.config import load_config
 from hvdtrain.errors import ArgumentError, ConfigError
+from hvdtrain.keras.gradient_averaging import with_gradient_averaging
 from hvdtrain.keras.local_sgd import LocalSGD
 from hvdtrain.keras.state import ModelStateAverager, _stretch
 from test_state_averaging_k_workers import round_at, vector_model
@@ -76,3 +78,25 @@ def test_rescale_rounds_is_refused_beside_rounds_it_cannot_stretch_in_one_line(o
 def test_local_sgd_refuses_rescaled_overlapped_rounds():
     with pytest.raises(ArgumentError, match=r"^LocalSGD\(rescale_rounds=True\) needs blocking"):
         LocalSGD(n_sync=2, overlap=True, rescale_rounds=True)
+
+
+def compiled(optimizer) -> keras.Model:
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2, use_bias=False)])
+    model.compile(optimizer, "mse")
+    return model
+
+
+@pytest.mark.parametrize("optimizer, options, rescaled", [
+    (lambda: keras.optimizers.Lamb(0.01), {}, True),
+    (lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Lamb(0.01)), {}, True),
+    (lambda: with_gradient_averaging(keras.optimizers.Lamb(0.01), averaging=False), {}, True),
+    (lambda: keras.optimizers.SGD(0.01, momentum=0.9), {}, False),
+    (lambda: keras.optimizers.Lamb(0.01), dict(rescale_rounds=False), False),
+    (lambda: keras.optimizers.SGD(0.01), dict(rescale_rounds=True), True),
+    (lambda: keras.optimizers.Lamb(0.01), dict(overlap=True), False),
+    (lambda: keras.optimizers.Lamb(0.01), dict(average_optimizer_state=True), False),
+])
+def test_local_sgd_rescales_lambs_rounds_unless_told_as_the_cli_does(optimizer, options,
+                                                                     rescaled):
+    averager = LocalSGD(n_sync=2, **options).attach(compiled(optimizer()))
+    assert (averager.origin is not None) == rescaled

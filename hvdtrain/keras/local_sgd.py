@@ -34,7 +34,8 @@ from typing import Callable
 import keras
 
 from hvdtrain import comm
-from hvdtrain.config import OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS, rounds_compression
+from hvdtrain.config import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
+                             rescales_by_default, rounds_compression)
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -189,7 +190,7 @@ class LocalSGD(keras.callbacks.Callback):
                  saves: SavePlan | None = None, hierarchical: bool = False,
                  epoch_rounds: bool = True, run_epochs: int | None = None,
                  round_compression: str = "none", round_fragments: int = 1,
-                 rescale_rounds: bool = False, clock: Callable[[], float] = time.monotonic):
+                 rescale_rounds: bool | None = None, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
@@ -212,7 +213,10 @@ class LocalSGD(keras.callbacks.Callback):
         self._averager_for = functools.partial(
             averager, trainable=True, statistics=average_bn_stats,
             optimizer_state=average_optimizer_state, outer=outer, compression=round_compression,
-            across_hosts=hierarchical, rescale=rescale_rounds)
+            across_hosts=hierarchical)
+        self._rescale = functools.partial(
+            _rescales, rescale_rounds, overlap=overlap, hierarchical=hierarchical,
+            fragments=round_fragments, optimizer_state=average_optimizer_state)
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
         self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
@@ -309,7 +313,7 @@ class LocalSGD(keras.callbacks.Callback):
         restore its outer-optimizer buffers from a checkpoint before `fit`."""
         if self.averager is None:
             build_optimizer(model)  # the slots must exist before we can average them
-            self.averager = self._averager_for(model)
+            self.averager = self._averager_for(model, rescale=self._rescale(model.optimizer))
             overlapped = self._overlapped_rounds() if self.overlap else None
             self.runner.attach(model, self.averager, overlapped)
         return self.averager
@@ -548,6 +552,18 @@ def _check_rescaled(rescale_rounds: bool, overlap: bool, hierarchical: bool,
         raise ArgumentError(f"LocalSGD(rescale_rounds=True) needs blocking flat rounds of the "
                             f"whole model, got overlap={overlap}, hierarchical={hierarchical} "
                             f"and round_fragments={round_fragments}")
+
+
+def _rescales(rescale_rounds: bool | None, optimizer, *, overlap: bool, hierarchical: bool,
+              fragments: int, optimizer_state: bool) -> bool:
+    """`LocalSGD(rescale_rounds=...)` settled for the model's optimizer: None follows the
+    CLI's default, which turns it on for LAMB (the innermost optimizer, under a loss scale)."""
+    if rescale_rounds is not None:
+        return rescale_rounds
+    while getattr(optimizer, "inner_optimizer", None) is not None:
+        optimizer = optimizer.inner_optimizer
+    name = "lamb" if isinstance(optimizer, keras.optimizers.Lamb) else type(optimizer).__name__
+    return not overlap and rescales_by_default(name, hierarchical, fragments, optimizer_state)
 
 
 def _ended_on_own_data(epoch: int, examples: int, epoch_end: int) -> ArgumentError:
