@@ -14,6 +14,10 @@ chunk per shard (LeNet's 61,706 values at 8 workers padded to 65,536; at 128 wor
 131,072). Each chunk has its own scale, its largest magnitude / 127, sent as 4 float32
 bytes after the shard's codes; a value is rounded to the nearest of the 255 multiples of
 the scale within ±127, so it is off by at most scale / 2 (1/254 of its chunk's largest).
+int4 (as Streaming DiLoCo's 4-bit outer gradients): the same chunks and scales, a scale
+the chunk's largest magnitude / 7, codes within ±7 packed two to a byte (a chunk holds an
+even number of values); off by at most 1/14 of its chunk's largest, which error feedback
+carries to the next round.
 float16: no scales, each value rounded to float16.
 
 All functions are pure, on TensorFlow tensors (eager or traced); `padded_length` and
@@ -24,53 +28,61 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-CHUNK = 1024        # at most this many int8 values share one scale
-INT8_LEVELS = 127   # codes run from -127 to 127: symmetric, so 0 stays exactly 0
+CHUNK = 1024        # at most this many int8 or int4 values share one scale
+# Codes run from -LEVELS to LEVELS: symmetric, so 0 stays exactly 0.
+LEVELS = {"int8": 127, "int4": 7}
+INT8_LEVELS = LEVELS["int8"]
 SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
-COMPRESSED = ("fp16", "int8")
-# Bytes a value takes in a round of each --round-compression (int8's scales aside).
-VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1}
+CODED = tuple(LEVELS)  # the encodings with codes and scales
+COMPRESSED = ("fp16", *CODED)
+# Bytes a value takes in a round of each --round-compression (the scales aside).
+VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1, "int4": 0.5}
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def chunk_length(values: int, workers: int) -> int:
-    """Values per int8 chunk in a round of `values` at `workers`: a shard's share of them
-    cut into the fewest chunks of at most `CHUNK`, all of one length."""
+def chunk_length(values: int, workers: int, compression: str = "int8") -> int:
+    """Values per chunk in a coded round of `values` at `workers`: a shard's share of them
+    cut into the fewest chunks of at most `CHUNK`, all of one length (even for int4, whose
+    bytes hold two codes)."""
     shard = max(1, _ceil_div(values, workers))
-    return _ceil_div(shard, _ceil_div(shard, CHUNK))
+    chunk = _ceil_div(shard, _ceil_div(shard, CHUNK))
+    return chunk + chunk % 2 if compression == "int4" else chunk
 
 
 def padded_length(values: int, workers: int, compression: str) -> int:
     """Length of the vector a round encodes: `values` padded with zeros to whole shards,
-    one per worker, each of whole int8 chunks of `chunk_length`."""
+    one per worker, each of whole chunks of `chunk_length` when coded."""
     shard = max(1, _ceil_div(values, workers))
-    if compression == "int8":
-        chunk = chunk_length(values, workers)
+    if compression in CODED:
+        chunk = chunk_length(values, workers, compression)
         shard = _ceil_div(shard, chunk) * chunk
     return workers * shard
 
 
 def payload_bytes(values: int, workers: int, compression: str) -> int:
     """Bytes one worker hands to a compressed round of `values` float values: its encoded
-    vector (int8 codes plus scales, or float16). The alltoall sends (W - 1) / W of it and
+    vector (codes plus scales, or float16). The alltoall sends (W - 1) / W of it and
     the allgather as much again, 2 (W - 1) / W of it in all: the factor by which a ring
     allreduce's wire bytes exceed its payload, so this counts like an allreduce payload."""
     length = padded_length(values, workers, compression)
-    if compression == "int8":
-        return length + SCALE_BYTES * (length // chunk_length(values, workers))
+    if compression in CODED:
+        chunks = length // chunk_length(values, workers, compression)
+        return int(length * VALUE_BYTES[compression]) + SCALE_BYTES * chunks
     return VALUE_BYTES[compression] * length
 
 
-def quantize_int8(values: tf.Tensor, chunk: int = CHUNK) -> tuple[tf.Tensor, tf.Tensor]:
-    """int8 codes and one float32 scale per `chunk` float32 `values` (whole chunks)."""
+def quantize_int8(values: tf.Tensor, chunk: int = CHUNK,
+                  levels: int = INT8_LEVELS) -> tuple[tf.Tensor, tf.Tensor]:
+    """Codes within ±`levels` (int8) and one float32 scale per `chunk` float32 `values`
+    (whole chunks)."""
     chunks = tf.reshape(values, [-1, chunk])
-    scales = tf.reduce_max(tf.abs(chunks), axis=1) / INT8_LEVELS
+    scales = tf.reduce_max(tf.abs(chunks), axis=1) / levels
     # An all-zero chunk has scale 0: its codes are 0, and decode to exactly 0.
     codes = tf.round(tf.math.divide_no_nan(chunks, scales[:, None]))
-    codes = tf.clip_by_value(codes, -INT8_LEVELS, INT8_LEVELS)
+    codes = tf.clip_by_value(codes, -levels, levels)
     return tf.reshape(tf.cast(codes, tf.int8), [-1]), scales
 
 
@@ -80,12 +92,35 @@ def dequantize_int8(codes: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
     return tf.reshape(chunks, [-1])
 
 
+def pack_int4(codes: tf.Tensor) -> tf.Tensor:
+    """Codes within ±7 (an even number of them), two to an int8 byte: the first in the low
+    half, the second in the high, each offset by 8 to 1..15."""
+    pairs = tf.reshape(tf.cast(codes, tf.int32) + 8, [-1, 2])
+    packed = tf.bitwise.bitwise_or(pairs[:, 0], tf.bitwise.left_shift(pairs[:, 1], 4))
+    return tf.bitcast(tf.cast(packed, tf.uint8), tf.int8)
+
+
+def unpack_int4(packed: tf.Tensor) -> tf.Tensor:
+    """`pack_int4`'s bytes back to their int8 codes, in order."""
+    byte = tf.cast(tf.bitcast(packed, tf.uint8), tf.int32)
+    low = tf.bitwise.bitwise_and(byte, 15) - 8
+    high = tf.bitwise.right_shift(byte, 4) - 8
+    return tf.cast(tf.reshape(tf.stack([low, high], axis=-1), [-1]), tf.int8)
+
+
+def _code_bytes(chunk: int, compression: str) -> int:
+    return chunk // 2 if compression == "int4" else chunk
+
+
 def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     """float32 `values` (a `padded_length` vector) as `shards` rows, one per shard: float16
-    values, or int8 codes of `chunk` values a scale followed by their scales' bytes."""
+    values, or the codes of `chunk` values a scale (int4's packed) followed by their
+    scales' bytes."""
     if compression == "fp16":
         return tf.reshape(tf.cast(values, tf.float16), [shards, -1])
-    codes, scales = quantize_int8(values, chunk)
+    codes, scales = quantize_int8(values, chunk, LEVELS[compression])
+    if compression == "int4":
+        codes = pack_int4(codes)
     # Scales travel as their bytes, so a shard is one int8 row; all workers share a byte order.
     scale_bytes = tf.bitcast(scales, tf.int8)
     return tf.concat([tf.reshape(codes, [shards, -1]),
@@ -97,10 +132,15 @@ def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     per shard."""
     if compression == "fp16":
         return tf.cast(rows, tf.float32)
-    shard = rows.shape[1] * chunk // (chunk + SCALE_BYTES)  # the row's width is static
-    scales = tf.bitcast(tf.reshape(rows[:, shard:], [-1, SCALE_BYTES]), tf.float32)
-    values = dequantize_int8(tf.reshape(rows[:, :shard], [-1]), scales)
-    return tf.reshape(values, [-1, shard])
+    per_chunk = _code_bytes(chunk, compression)
+    chunks = rows.shape[1] // (per_chunk + SCALE_BYTES)  # the row's width is static
+    width = chunks * per_chunk
+    scales = tf.bitcast(tf.reshape(rows[:, width:], [-1, SCALE_BYTES]), tf.float32)
+    codes = tf.reshape(rows[:, :width], [-1])
+    if compression == "int4":
+        codes = unpack_int4(codes)
+    values = dequantize_int8(codes, scales)
+    return tf.reshape(values, [-1, chunks * chunk])
 
 
 def round_trip(values: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:

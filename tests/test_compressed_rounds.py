@@ -1,4 +1,4 @@
-"""--round-compression on two real workers (horovodrun --gloo): int8 rounds leave both ranks
+"""--round-compression on two real workers (horovodrun --gloo): int8 and int4 rounds leave both ranks
 with the same bits, and the run counts the bytes its rounds encode. In one process: fp16
 asked for by --fp16-allreduce (`LocalSGD(fp16_allreduce=True)`) is the same fp16 rounds.
 
@@ -31,6 +31,7 @@ LOCAL = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate
 RUNS = {
     "none": LOCAL,
     "int8": dict(LOCAL, round_compression="int8"),
+    "int4": dict(LOCAL, round_compression="int4"),
     "fp16": dict(LOCAL, round_compression="fp16"),
     "async_int8": dict(LOCAL, mode="async", round_compression="int8"),
     # Adam's moments averaged: the first coded, the running squares in float32
@@ -51,8 +52,8 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
-@pytest.mark.parametrize("name", ["int8", "fp16", "int8_adam_state", "int8_rescaled"])
+@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
+@pytest.mark.parametrize("name", ["int8", "int4", "fp16", "int8_adam_state", "int8_rescaled"])
 def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round(results, name):
     ranks = results[name]
     for step in range(7):
@@ -62,30 +63,30 @@ def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
 def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results):
     ranks = results["async_int8"]
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
 def test_compressed_rounds_train_near_the_float32_rounds(results):
     plain = results["none"][0]["final"]
-    for name in ("int8", "fp16"):
+    for name in ("int8", "int4", "fp16"):
         moved = np.abs(results[name][0]["final"] - plain).max()
         assert moved < 0.02 * np.abs(plain).max(), name
 
 
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of six trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
 def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     summaries = {name: json.loads(str(results[name][0]["summary"])) for name in RUNS}
     plain = summaries["none"]
     # LeNet has no BatchNorm, and both modes leave the momentum with each worker by
     # default: a round carries the weights alone.
     assert plain["bytes_allreduced"] == plain["averaging_rounds"] * 4 * plain["parameters"]
-    for name, compression, values in (("int8", "int8", 1), ("fp16", "fp16", 1),
+    for name, compression, values in (("int8", "int8", 1), ("int4", "int4", 1), ("fp16", "fp16", 1),
                                       ("async_int8", "int8", 1)):
         summary = summaries[name]
         assert summary["averaging_rounds"] == plain["averaging_rounds"]
@@ -100,6 +101,7 @@ def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
         quantize.payload_bytes(rescaled["parameters"], 2, "int8") + 4 * 10)
     # int8 rounds move about a quarter of float32's bytes (padding to whole chunks aside).
     assert summaries["int8"]["bytes_allreduced"] < 0.26 * plain["bytes_allreduced"]
+    assert summaries["int4"]["bytes_allreduced"] < 0.13 * plain["bytes_allreduced"]
 
 
 def test_round_compression_is_refused_in_sync_mode_in_one_line():

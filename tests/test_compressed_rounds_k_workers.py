@@ -66,7 +66,7 @@ def flat(arrays) -> np.ndarray:
 
 
 @pytest.mark.parametrize("workers", [2, 3, 4])
-@pytest.mark.parametrize("compression", ["int8", "fp16"])
+@pytest.mark.parametrize("compression", ["int8", "int4", "fp16"])
 def test_every_worker_ends_a_compressed_round_with_the_same_bits_near_the_mean(
         workers, compression):
     values = worker_values(workers, seed=workers)
@@ -76,15 +76,17 @@ def test_every_worker_ends_a_compressed_round_with_the_same_bits_near_the_mean(
             np.testing.assert_array_equal(a, b)
     mean = np.mean([flat(v) for v in values], axis=0)
     largest = max(np.abs(flat(v)).max() for v in values)
-    # Two encodings, each off by half a step: int8's is 1/254 of a chunk's largest.
-    bound = 2 * largest / 254 if compression == "int8" else 2 * largest * 2.0 ** -11
+    # Two encodings, each off by half a step: int8's is 1/254 of a chunk's largest, int4's
+    # 1/14.
+    half_steps = {"int8": 1 / 254, "int4": 1 / 14, "fp16": 2.0 ** -11}
+    bound = 2 * largest * half_steps[compression]
     assert np.abs(flat(results[0]) - mean).max() <= bound
     assert np.abs(flat(results[0]) - mean).max() > 0  # it did compress
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_error_feedback_carries_each_rounds_cut_into_the_next(workers):
-    exchanges = exchanges_for(workers, "int8")
+@pytest.mark.parametrize("workers, compression", [(2, "int8"), (3, "int8"), (3, "int4")])
+def test_error_feedback_carries_each_rounds_cut_into_the_next(workers, compression):
+    exchanges = exchanges_for(workers, compression)
     rounds = [worker_values(workers, seed=10 + t, scale=10.0 ** -t) for t in range(3)]
     taken = []
     for t, values in enumerate(rounds):
@@ -101,7 +103,7 @@ def test_error_feedback_carries_each_rounds_cut_into_the_next(workers):
                                    rtol=0, atol=1e-6 * np.abs(meant).max())
     # The third round's changes are 100 times smaller than the first's: without the first
     # rounds' cuts, the taken sum would miss by up to the first round's step.
-    first_step = max(np.abs(flat(v)).max() for v in rounds[0]) / 254
+    first_step = max(np.abs(flat(v)).max() for v in rounds[0]) / quantize.LEVELS[compression] / 2
     assert np.abs(np.mean(residuals, axis=0)).max() < first_step
 
 
@@ -182,7 +184,7 @@ def adam_averager(k: int, compression: str) -> ModelStateAverager:
     return averager
 
 
-@pytest.mark.parametrize("compression", ["int8", "fp16"])
+@pytest.mark.parametrize("compression", ["int8", "int4", "fp16"])
 def test_compressed_rounds_send_adams_running_squares_in_float32(compression):
     # Coded against a chunk's largest change, a square of 1e-12 beside one of 1e-4 would
     # come back as 0 or as 1e-4 / 254; Adam divides by their roots.
@@ -205,7 +207,7 @@ def test_compressed_rounds_send_adams_running_squares_in_float32(compression):
     np.testing.assert_allclose(results[0][2], squares, rtol=1e-5)
     # The rest is coded: off by at most two half-steps of the largest change, 0.03.
     np.testing.assert_allclose(results[0][1], np.full((1, 2000), 2e-3), rtol=0,
-                               atol=2 * 0.03 / 254)
+                               atol=2 * 0.03 / (2 * quantize.LEVELS.get(compression, 127)))
     coded = quantize.payload_bytes(2 * 2000, workers, compression)
     with FakeComm(workers, 0):
         assert averagers[0].payload_bytes == coded + 4 * 2000

@@ -38,11 +38,11 @@ def test_fp16_round_trip_is_float16_rounding():
     np.testing.assert_array_equal(back, values.astype(np.float16).astype(np.float32))
 
 
-@pytest.mark.parametrize("compression", ["fp16", "int8"])
+@pytest.mark.parametrize("compression", ["fp16", "int8", "int4"])
 def test_encoded_rows_decode_shard_by_shard(compression):
     values = chunks_of(np.random.default_rng(2), 6)
     rows = quantize.encode(tf.constant(values), 3, compression)
-    assert rows.shape[0] == 3 and rows.dtype == (tf.int8 if compression == "int8" else tf.float16)
+    assert rows.shape[0] == 3 and rows.dtype == (tf.float16 if compression == "fp16" else tf.int8)
     whole = quantize.round_trip(tf.constant(values), compression).numpy()
     # Each row decodes on its own to its third of the vector: a shard needs no other row.
     for r in range(3):
@@ -90,3 +90,37 @@ def test_a_round_of_short_chunks_decodes_shard_by_shard_and_keeps_each_chunks_sc
     largest = np.abs(data).max(axis=1, keepdims=True)
     assert np.all(np.abs(back - data) <= largest / 254 * (1 + 1e-5))
     np.testing.assert_allclose(np.abs(back).max(axis=1, keepdims=True), largest, rtol=1e-6)
+
+
+def test_int4_packs_every_code_two_to_a_byte_and_back():
+    codes = tf.constant([*range(-7, 8), 0], tf.int8)
+    packed = quantize.pack_int4(codes)
+    assert packed.dtype == tf.int8 and packed.shape == (8,)
+    # The first code of a pair in the low half, the second in the high, each plus 8.
+    assert int(tf.bitcast(packed, tf.uint8)[0]) == (-7 + 8) | ((-6 + 8) << 4)
+    np.testing.assert_array_equal(quantize.unpack_int4(packed).numpy(), codes.numpy())
+
+
+def test_int4_round_trip_is_off_by_at_most_half_a_step_of_its_chunk():
+    values = chunks_of(np.random.default_rng(4), 6)
+    back = quantize.round_trip(tf.constant(values), "int4").numpy()
+    largest = np.abs(values.reshape(-1, CHUNK)).max(axis=1, keepdims=True)
+    error = np.abs(back - values).reshape(-1, CHUNK)
+    assert np.all(error <= largest / 14 * (1 + 1e-5))
+    assert np.all(np.isin(np.round(back.reshape(-1, CHUNK) / (largest / 7)), np.arange(-7, 8)))
+    np.testing.assert_allclose(np.abs(back.reshape(-1, CHUNK)).max(axis=1, keepdims=True),
+                               largest, rtol=1e-6)
+
+
+def test_int4_chunks_are_even_and_its_payload_half_a_byte_a_value_and_the_scales():
+    # 5,001 values at 4 workers: shards of 1,251 as 2 chunks of 626 (even already): as int8.
+    assert quantize.chunk_length(5001, 4, "int4") == 626
+    assert quantize.payload_bytes(5001, 4, "int4") == 4 * 2 * 626 // 2 + 8 * 4
+    # 3 values at 1 worker: a chunk of 3 for int8, of 4 for int4 (a byte holds two codes).
+    assert (quantize.chunk_length(3, 1), quantize.chunk_length(3, 1, "int4")) == (3, 4)
+    assert quantize.padded_length(3, 1, "int4") == 4
+    assert quantize.payload_bytes(3, 1, "int4") == 2 + 4
+    rows = quantize.encode(tf.constant([1.0, -2.0, 3.5, 0.0]), 1, "int4", 4)
+    assert rows.shape == (1, 2 + 4)
+    np.testing.assert_allclose(quantize.decode(rows, "int4", 4).numpy(),
+                               [[1.0, -2.0, 3.5, 0.0]], atol=3.5 / 14)

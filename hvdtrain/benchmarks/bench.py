@@ -86,8 +86,9 @@ def add_parser(commands) -> None:
                              "them (none with --fp16-allreduce: fp16), of: "
                              + ", ".join(ROUND_COMPRESSIONS) + ". A compressed "
                              "row's bytes_per_round (and largest_burst_bytes) count what a "
-                             "worker hands to a round: int8 codes, one byte a value, plus a "
-                             "float32 scale per chunk of at most 1,024 values; or fp16, two "
+                             "worker hands to a round: int8 codes, one byte a value (int4: "
+                             "half a byte), plus a float32 scale per chunk of at most 1,024 "
+                             "values; or fp16, two "
                              "bytes a value; padded to one whole shard per worker (default: "
                              "none)")
     parser.add_argument("--bucket-mb", default=DEFAULT_BUCKET_MB, metavar="SPEC[,SPEC...]",

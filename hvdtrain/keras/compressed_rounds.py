@@ -1,4 +1,4 @@
-"""A round's mean sent compressed (float16 or int8), with error feedback.
+"""A round's mean sent compressed (float16, int8 or int4), with error feedback.
 
 What travels is each worker's change since the last consensus (the pseudo-gradient, up to
 its sign), plus what its last quantisation cut off: a reduce-scatter as an alltoall, each
@@ -29,7 +29,7 @@ from hvdtrain.keras.host_shards import HostShards
 
 class CompressedExchange:
     """The workers' mean of values shaped like `like` (tensors or variables, any float
-    dtype), sent as `compression` ("fp16" or "int8")."""
+    dtype), sent as `compression` ("fp16", "int8" or "int4")."""
 
     def __init__(self, like: Sequence, compression: str):
         if compression not in quantize.COMPRESSED:
@@ -82,7 +82,7 @@ class CompressedExchange:
         length = int(meant.shape[0])
         padded_length = quantize.padded_length(length, workers, self.compression)
         padded = tf.pad(meant, [[0, padded_length - length]])
-        chunk = quantize.chunk_length(length, workers)
+        chunk = quantize.chunk_length(length, workers, self.compression)
         encode = functools.partial(quantize.encode, compression=self.compression, chunk=chunk)
         decode = functools.partial(quantize.decode, compression=self.compression, chunk=chunk)
         rows = encode(padded, workers)

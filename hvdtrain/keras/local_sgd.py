@@ -94,12 +94,12 @@ class LocalSGD(keras.callbacks.Callback):
       broadcast_initial_state: start every worker from rank 0's state.
       fp16_allreduce: another name for `round_compression="fp16"` (rounds only: gradients
         travel as the optimizer's `with_gradient_averaging(fp16_allreduce=...)` says). Not
-        with `round_compression="int8"`.
-      round_compression: "none", or "fp16" or "int8": rounds send each worker's change
+        with `round_compression="int8"` or `"int4"`.
+      round_compression: "none", or "fp16", "int8" or "int4": rounds send each worker's change
         since the last round plus what its last round's encoding cut off (error feedback),
         through an alltoall and an allgather, so every worker ends a round with the same
         bits (`hvdtrain.keras.compressed_rounds`). fp16 moves half of float32's bytes, int8
-        about a quarter.
+        about a quarter, int4 about an eighth.
       round_fragments: F > 1 cuts the averaged state by layer, in order, into F fragments of
         about equal bytes (`hvdtrain.keras.fragmented_rounds`); a period's round averages
         one fragment in turn (blocking, or with `overlap` behind the next steps), so a
@@ -597,13 +597,15 @@ def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer) -> None
 
 def _compression(round_compression: str, fp16_allreduce: bool) -> str:
     """How rounds travel. `fp16_allreduce` reaches nothing but the rounds here (gradients
-    are the optimizer's), so with int8 rounds it could only be ignored: refused instead."""
+    are the optimizer's), so with int8 or int4 rounds it could only be ignored: refused
+    instead."""
     if round_compression not in ROUND_COMPRESSIONS:
         raise ArgumentError(f"round_compression must be one of {ROUND_COMPRESSIONS}, "
                             f"got {round_compression!r}")
-    if fp16_allreduce and round_compression == "int8":
-        raise ArgumentError("LocalSGD(fp16_allreduce=True) sends rounds as float16, "
-                            "round_compression='int8' as int8: give one")
+    if fp16_allreduce and round_compression in ("int8", "int4"):
+        raise ArgumentError(f"LocalSGD(fp16_allreduce=True) sends rounds as float16, "
+                            f"round_compression={round_compression!r} as {round_compression}: "
+                            f"give one")
     return rounds_compression(round_compression, fp16_allreduce)
 
 

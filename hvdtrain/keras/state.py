@@ -178,7 +178,7 @@ class ModelStateAverager:
     statistics), and optimizer slots. BatchNorm moving variances are pooled (they take in
     the spread of the workers' means) in the same allreduce. With an `OuterOptimizer`, the
     averaged weights go through `hvdtrain.averaging.outer_step` before every worker takes
-    them. With `compression` "fp16" or "int8", only the change since the last round
+    them. With `compression` "fp16", "int8" or "int4", only the change since the last round
     travels, compressed, with error feedback (`hvdtrain.keras.compressed_rounds`), instead
     of through allreduce.
     """
