@@ -69,8 +69,8 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"mode": "local", "epoch_rounds": False, "sync_seconds": 2.0},
      "--no-epoch-rounds needs rounds every --n-sync steps; --sync-seconds 2.0 ends each epoch"),
     ({"mode": "async", "epoch_rounds": False}, "--epoch-rounds needs --mode local, got"),
-    ({"mode": "local", "round_compression": "int4"},
-     "--round-compression must be one of none, fp16, int8, got 'int4'"),
+    ({"mode": "local", "round_compression": "int2"},
+     "--round-compression must be one of none, fp16, int8, int4, got 'int2'"),
     ({"round_compression": "int8"},
      "--round-compression needs --mode local or async, got --round-compression int8 with "
      "--mode sync"),
