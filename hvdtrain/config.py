@@ -60,9 +60,15 @@ DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 # every 2: 1.24, 3 seeds). It moves 0.251 of sync's bytes (int8 values and their scales,
 # momentum kept local) where every 2 steps moved 0.128; the quadratic synchronization rule
 # (qsr:1) ended below both (BENCHMARKS.md, "Rounds every step from a global batch of
-# 1,024").
+# 1,024"). Rescaled (below), every 2 steps ended 1.97 below sync at 32 x 64 where every
+# step ended level (3 seeds): rounds stay every step, and int4 halves their bytes.
 DEFAULT_LOCAL_LAMB_N_SYNC = 1
 DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
+# Rescaled rounds (flat local mode's on LAMB, every step) travel in int4 by default: at
+# 16 x 64, 32 x 64 and 32 x 32 (LeNet-5, 5 epochs, 3 seeds) they ended level with int8's
+# for half the bytes, 0.126 of sync's where int8 moved 0.251 (BENCHMARKS.md, "int4
+# rounds").
+RESCALED_ROUND_COMPRESSION = "int4"
 # The hierarchy's period in local mode is flat local mode's, 2 steps, since its rounds are
 # cut in host shards (hvdtrain.keras.host_shards): a worker hands over a k-th of flat's
 # bytes at hosts of k, and a host's NIC carries 0.63 (hosts of 2) and 0.35 (hosts of 4)
@@ -288,7 +294,10 @@ class TrainConfig:
                 "every worker ends the round with the same bits. int8: one byte a value and a "
                 "float32 scale per chunk of at most 1,024 values, about a quarter of float32's "
                 "bytes; int4 two codes a byte and the same scales, about an eighth (as Streaming "
-                "DiLoCo's 4-bit outer gradients); fp16 half. Local mode's default, int8 every 2 steps (--n-sync 2), ended "
+                "DiLoCo's 4-bit outer gradients); fp16 half. Local mode's default is int8, except "
+                "for rescaled rounds (--rescale-rounds, on by default with LAMB), which travel "
+                "in int4 unless told: at global batches of 1,024 and 2,048 they ended level "
+                "with int8's, at 0.126 of sync's bytes. int8 every 2 steps (--n-sync 2) ended "
                 "above float32 rounds every 5 steps in 22 of 24 LeNet runs at 2 to 32 "
                 "workers, at 0.13 of sync's bytes (BENCHMARKS.md)",
         ROUND_COMPRESSIONS, modes=LOCAL_MODES, default_per_mode=DEFAULT_ROUND_COMPRESSION)
@@ -423,6 +432,9 @@ class TrainConfig:
                 bool(changes.get("rescale_rounds", self.rescale_rounds)))
         if self.n_sync is None and self.mode == "local" and not self.hierarchical_sgd:
             changes["n_sync"] = _flat_local_period(self.optimizer)
+        if self.round_compression is None and self.mode == "local":
+            changes["round_compression"] = _local_compression(
+                self.optimizer, changes.get("rescale_rounds", self.rescale_rounds))
         if self.hierarchical_sgd and self.n_sync is None:
             # A host's workers hold one model: the replicas that drift apart are the hosts.
             changes["n_sync"] = DEFAULT_HOST_N_SYNC[self.mode]
@@ -478,6 +490,14 @@ def _flat_local_period(optimizer: str) -> int | None:
     if optimizer == "auto":
         return None
     return DEFAULT_LOCAL_LAMB_N_SYNC if optimizer == "lamb" else DEFAULT_N_SYNC["local"]
+
+
+def _local_compression(optimizer: str, rescale_rounds: bool | None) -> str | None:
+    """Local mode's default round compression: int4 for rescaled rounds, else int8; None
+    while `--optimizer auto` has not chosen (rescaling follows the optimizer)."""
+    if optimizer == "auto":
+        return None
+    return RESCALED_ROUND_COMPRESSION if rescale_rounds else DEFAULT_ROUND_COMPRESSION["local"]
 
 
 def refused_in(mode: str) -> tuple[tuple[str, Any], ...]:

@@ -333,6 +333,9 @@ def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_p
     # 1,024-value chunks for each of the 2 workers: about a quarter of float32's bytes.
     assert found["local_int8"]["run"] == quantize.payload_bytes(61_706, 2, "int8")
     assert found["local_int8"]["run"] < 61_706 * 4 / 3.8
+    # int4: half a byte a weight, the same scales.
+    assert found["local_int4"]["run"] == quantize.payload_bytes(61_706, 2, "int4")
+    assert found["local_int4"]["run"] < 61_706 * 4 / 7.6
     # Two fragments: a round sends half the weights on average, the larger half at most.
     fragmented = found["local_2_fragments"]
     assert sum(fragmented["fragments"]) == 61_706 * 4

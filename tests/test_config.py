@@ -235,9 +235,11 @@ def test_a_run_saved_before_rescaled_rounds_existed_goes_on_without_them(tmp_pat
         {"mode": mode, "optimizer": "lamb", "batch_size": 32, "n_sync": 1}))
     cfg = load_config(None, {"mode": mode, "batch_size": 32, "out": str(tmp_path)})
     plan = plan_resume(cfg.resolved(), Job(32, 1))
-    # A local run kept its LAMB cap of the time too, which rescaled rounds lower to sync's.
-    assert plan.kept == ({"rescale_rounds": False, "max_lr": 0.06} if mode == "local" else {})
-    if mode == "local":  # the cap follows from --no-rescale-rounds: not named apart
+    # A local run kept its LAMB cap of the time too, which rescaled rounds lower to sync's,
+    # and its int8 rounds, where rescaled rounds travel in int4.
+    assert plan.kept == ({"rescale_rounds": False, "max_lr": 0.06, "round_compression": "int8"}
+                         if mode == "local" else {})
+    if mode == "local":  # the cap and int8 follow from --no-rescale-rounds: not named apart
         assert "as it was started: --no-rescale-rounds (this command" in \
             kept_notice(cfg, plan.kept, plan.optimizer)
 

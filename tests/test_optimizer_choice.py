@@ -37,12 +37,20 @@ def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
     local = load_config(None, {"mode": "local"}).resolved()
     assert (settled(local, 16).optimizer, settled(local, 16).max_lr) == ("lamb", 0.03)
     assert settled(local, 16).rescale_rounds and not settled(local, 8).rescale_rounds
+    # Rescaled rounds travel in int4, the others in int8, unless told.
+    assert local.round_compression is None  # it waits for the choice too
+    assert (settled(local, 16).round_compression, settled(local, 8).round_compression) == \
+        ("int4", "int8")
     plain = load_config(None, {"mode": "local", "rescale_rounds": False}).resolved()
     assert (settled(plain, 16).optimizer, settled(plain, 16).max_lr) == ("lamb", 0.06)
+    assert settled(plain, 16).round_compression == "int8"
+    told = load_config(None, {"mode": "local", "round_compression": "int8"}).resolved()
+    assert settled(told, 16).round_compression == "int8" and settled(told, 16).rescale_rounds
     # Not when the momentum is averaged in rounds: shared, it keeps the steps' length.
     shared = load_config(None, {"mode": "local", "average_optimizer_state": True}).resolved()
     assert (settled(shared, 16).optimizer, settled(shared, 16).max_lr) == ("lamb", 0.03)
     assert not settled(shared, 16).rescale_rounds
+    assert settled(shared, 16).round_compression == "int8"
     hierarchical = load_config(None, {"mode": "local", "hierarchical_sgd": True,
                                       "optimizer": "lamb"}).resolved()
     assert hierarchical.max_lr == 0.03  # not measured there: sync's cap

@@ -18,12 +18,13 @@ from hvdtrain.training.runner import train
 N_SYNC = 2
 # Neither mode averages the momentum by default; async's rounds go as fp16 compressed
 # rounds here (--fp16-allreduce), the int8 run's (local mode's default) as int8 codes and
-# scales, the others' as float32. The fragmented run's 8 steps hold two whole turns of its
+# scales (the int4 run's two codes a byte), the others' as float32. The fragmented run's 8 steps hold two whole turns of its
 # 2 fragments, then the end's round of both.
 FLOAT32 = dict(round_compression="none")
 SETUPS = {"local": (dict(FLOAT32, mode="local"), 6),
           "async_fp16": (dict(mode="async", fp16_allreduce=True), 6),
           "local_int8": (dict(mode="local", round_compression="int8"), 6),
+          "local_int4": (dict(mode="local", round_compression="int4"), 6),
           "local_2_fragments": (dict(FLOAT32, mode="local", round_fragments=2), 8)}
 
 
