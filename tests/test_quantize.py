@@ -14,13 +14,17 @@ def chunks_of(rng, count: int) -> np.ndarray:
     return (rng.normal(size=(count, CHUNK)) * magnitudes).astype(np.float32).ravel()
 
 
-def test_int8_round_trip_is_off_by_at_most_half_a_step_of_its_chunk():
+@pytest.mark.parametrize("compression", ["int8", "int4"])
+def test_a_coded_round_trip_is_off_by_at_most_half_a_step_of_its_chunk(compression):
+    levels = quantize.LEVELS[compression]  # 127 or 7 steps either side of 0
     values = chunks_of(np.random.default_rng(0), 6)
-    back = quantize.round_trip(tf.constant(values), "int8").numpy()
+    back = quantize.round_trip(tf.constant(values), compression).numpy()
     largest = np.abs(values.reshape(-1, CHUNK)).max(axis=1, keepdims=True)
     error = np.abs(back - values).reshape(-1, CHUNK)
-    assert np.all(error <= largest / 254 * (1 + 1e-5))
-    # A chunk's largest value is a code of ±127 exactly, up to the scale's rounding.
+    assert np.all(error <= largest / (2 * levels) * (1 + 1e-5))
+    assert np.all(np.isin(np.round(back.reshape(-1, CHUNK) / (largest / levels)),
+                          np.arange(-levels, levels + 1)))
+    # A chunk's largest value is a code of ±levels exactly, up to the scale's rounding.
     np.testing.assert_allclose(np.abs(back.reshape(-1, CHUNK)).max(axis=1, keepdims=True),
                                largest, rtol=1e-6)
 
@@ -99,17 +103,6 @@ def test_int4_packs_every_code_two_to_a_byte_and_back():
     # The first code of a pair in the low half, the second in the high, each plus 8.
     assert int(tf.bitcast(packed, tf.uint8)[0]) == (-7 + 8) | ((-6 + 8) << 4)
     np.testing.assert_array_equal(quantize.unpack_int4(packed).numpy(), codes.numpy())
-
-
-def test_int4_round_trip_is_off_by_at_most_half_a_step_of_its_chunk():
-    values = chunks_of(np.random.default_rng(4), 6)
-    back = quantize.round_trip(tf.constant(values), "int4").numpy()
-    largest = np.abs(values.reshape(-1, CHUNK)).max(axis=1, keepdims=True)
-    error = np.abs(back - values).reshape(-1, CHUNK)
-    assert np.all(error <= largest / 14 * (1 + 1e-5))
-    assert np.all(np.isin(np.round(back.reshape(-1, CHUNK) / (largest / 7)), np.arange(-7, 8)))
-    np.testing.assert_allclose(np.abs(back.reshape(-1, CHUNK)).max(axis=1, keepdims=True),
-                               largest, rtol=1e-6)
 
 
 def test_int4_chunks_are_even_and_its_payload_half_a_byte_a_value_and_the_scales():
