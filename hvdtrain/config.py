@@ -288,8 +288,9 @@ class TrainConfig:
         modes=("local",), default_per_mode={"sync": False, "async": False})
     round_compression: str | None = _opt(
         None, "local and async modes: how a round's state travels. none: as it is, in one "
-                "allreduce (with --fp16-allreduce: as fp16 below). fp16, int8 or int4: each worker sends its "
-                "change since the last round (the pseudo-gradient), plus what its last round's "
+                "allreduce (with --fp16-allreduce: as fp16 below). fp16, int8 or int4: each "
+                "worker sends its change since the last round (the pseudo-gradient), plus what "
+                "its last round's "
                 "encoding cut off (error feedback), through an alltoall and an allgather, so "
                 "every worker ends the round with the same bits. int8: one byte a value and a "
                 "float32 scale per chunk of at most 1,024 values, about a quarter of float32's "

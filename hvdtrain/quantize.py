@@ -74,9 +74,9 @@ def payload_bytes(values: int, workers: int, compression: str) -> int:
     return VALUE_BYTES[compression] * length
 
 
-def quantize_int8(values: tf.Tensor, chunk: int = CHUNK,
-                  levels: int = INT8_LEVELS) -> tuple[tf.Tensor, tf.Tensor]:
-    """Codes within ±`levels` (int8) and one float32 scale per `chunk` float32 `values`
+def quantize_chunks(values: tf.Tensor, chunk: int = CHUNK,
+                    levels: int = INT8_LEVELS) -> tuple[tf.Tensor, tf.Tensor]:
+    """Codes within ±`levels`, as int8, and one float32 scale per `chunk` float32 `values`
     (whole chunks)."""
     chunks = tf.reshape(values, [-1, chunk])
     scales = tf.reduce_max(tf.abs(chunks), axis=1) / levels
@@ -86,8 +86,8 @@ def quantize_int8(values: tf.Tensor, chunk: int = CHUNK,
     return tf.reshape(tf.cast(codes, tf.int8), [-1]), scales
 
 
-def dequantize_int8(codes: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
-    """The float32 values int8 `codes` with their chunks' `scales` stand for."""
+def dequantize_chunks(codes: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
+    """The float32 values `codes` (int8, unpacked) with their chunks' `scales` stand for."""
     chunks = tf.reshape(tf.cast(codes, tf.float32), [tf.shape(scales)[0], -1]) * scales[:, None]
     return tf.reshape(chunks, [-1])
 
@@ -118,7 +118,7 @@ def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK)
     scales' bytes."""
     if compression == "fp16":
         return tf.reshape(tf.cast(values, tf.float16), [shards, -1])
-    codes, scales = quantize_int8(values, chunk, LEVELS[compression])
+    codes, scales = quantize_chunks(values, chunk, LEVELS[compression])
     if compression == "int4":
         codes = pack_int4(codes)
     # Scales travel as their bytes, so a shard is one int8 row; all workers share a byte order.
@@ -139,7 +139,7 @@ def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     codes = tf.reshape(rows[:, :width], [-1])
     if compression == "int4":
         codes = unpack_int4(codes)
-    values = dequantize_int8(codes, scales)
+    values = dequantize_chunks(codes, scales)
     return tf.reshape(values, [-1, chunks * chunk])
 
 
