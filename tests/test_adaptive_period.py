@@ -96,8 +96,10 @@ def test_local_runs_default_to_int8_rounds_every_2_steps_and_async_to_ten_over_t
     from hvdtrain.optimizer_choice import settled
 
     local = load_config(None, {"mode": "local"}).resolved()
-    assert (local.n_sync, local.round_compression) == (None, "int8")  # once auto has chosen
-    assert settled(local, 8).n_sync == 2
+    # Both once auto has chosen: LAMB's rescaled rounds go every step, in int4.
+    assert (local.n_sync, local.round_compression) == (None, None)
+    assert (settled(local, 8).n_sync, settled(local, 8).round_compression) == (2, "int8")
+    assert (settled(local, 16).n_sync, settled(local, 16).round_compression) == (1, "int4")
     async_ = load_config(None, {"mode": "async"}).resolved()
     assert (async_.n_sync, async_.round_compression) == ("10/workers", "none")
     hierarchy = load_config(None, {"mode": "local", "hierarchical_sgd": True}).resolved()
