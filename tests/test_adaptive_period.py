@@ -103,7 +103,8 @@ def test_local_runs_default_to_int8_rounds_every_2_steps_and_async_to_ten_over_t
     async_ = load_config(None, {"mode": "async"}).resolved()
     assert (async_.n_sync, async_.round_compression) == ("10/workers", "none")
     hierarchy = load_config(None, {"mode": "local", "hierarchical_sgd": True}).resolved()
-    assert (hierarchy.n_sync, hierarchy.round_compression) == (2, "int8")
+    assert (hierarchy.n_sync, hierarchy.round_compression) == (2, None)
+    assert settled(hierarchy, 8).round_compression == "int8"  # not rescaled: int8
     sync = load_config(None, {"mode": "sync"})
     assert sync.n_sync is None  # unused: nothing to resolve
     assert sync.resolved().round_compression == "none"  # as sync runs always saved it
