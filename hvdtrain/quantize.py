@@ -108,10 +108,6 @@ def unpack_int4(packed: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.reshape(tf.stack([low, high], axis=-1), [-1]), tf.int8)
 
 
-def _code_bytes(chunk: int, compression: str) -> int:
-    return chunk // 2 if compression == "int4" else chunk
-
-
 def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     """float32 `values` (a `padded_length` vector) as `shards` rows, one per shard: float16
     values, or the codes of `chunk` values a scale (int4's packed) followed by their
@@ -132,7 +128,7 @@ def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     per shard."""
     if compression == "fp16":
         return tf.cast(rows, tf.float32)
-    per_chunk = _code_bytes(chunk, compression)
+    per_chunk = int(chunk * VALUE_BYTES[compression])  # int4's chunks are even
     chunks = rows.shape[1] // (per_chunk + SCALE_BYTES)  # the row's width is static
     width = chunks * per_chunk
     scales = tf.bitcast(tf.reshape(rows[:, width:], [-1, SCALE_BYTES]), tf.float32)
