@@ -33,7 +33,7 @@ from typing import Callable
 
 import keras
 
-from hvdtrain import comm
+from hvdtrain import comm, quantize
 from hvdtrain.config import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
                              rescales_by_default, rounds_compression)
 from hvdtrain.errors import ArgumentError, ConfigError
@@ -602,7 +602,7 @@ def _compression(round_compression: str, fp16_allreduce: bool) -> str:
     if round_compression not in ROUND_COMPRESSIONS:
         raise ArgumentError(f"round_compression must be one of {ROUND_COMPRESSIONS}, "
                             f"got {round_compression!r}")
-    if fp16_allreduce and round_compression in ("int8", "int4"):
+    if fp16_allreduce and round_compression in quantize.CODED:
         raise ArgumentError(f"LocalSGD(fp16_allreduce=True) sends rounds as float16, "
                             f"round_compression={round_compression!r} as {round_compression}: "
                             f"give one")
