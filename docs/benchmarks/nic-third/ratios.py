@@ -4,19 +4,18 @@ share of flat's on the same hosts, paired by repeat, beside Gloo's theory.
 
     python ratios.py OUT      (writes OUT/per_step.csv and prints the table)
 """
-import csv
 import glob
-import json
 import os
 import sys
 
+from hvdtrain.files import read_json, write_csv
 from hvdtrain.stats import mean_ci95
 
 WORKERS, LONG, SHORT = 8, 36, 12
 
 
 def sent_per_host(path: str) -> float:
-    during = json.load(open(path))["during"]
+    during = read_json(path)["during"]
     return sum(h["tx_bytes"] for h in during.values()) / len(during)
 
 
@@ -41,10 +40,7 @@ def main(out: str) -> None:
         per_step.setdefault((shape, kind, int(n[1:])), {})[repeat] = extra / (LONG - SHORT)
     rows = [{"shape": s, "setup": k, "n_sync": n, "repeat": r, "bytes_per_step": round(b)}
             for (s, k, n), reps in sorted(per_step.items()) for r, b in sorted(reps.items())]
-    with open(os.path.join(out, "per_step.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(os.path.join(out, "per_step.csv"), rows)
     for (shape, kind, n), reps in sorted(per_step.items()):
         if kind != "hier":
             continue
