@@ -467,6 +467,7 @@ def imagenet_trained(tmp_path_factory):
     return results
 
 
+@pytest.mark.long  # their one job (AlexNet, then ResNet-50) takes a minute: kept out of make test
 def test_alexnet_trains_on_two_workers_with_fp16_allreduce(imagenet_trained):
     ranks = imagenet_trained["alexnet"]
     _assert_same_on_both_ranks(ranks, "trainable", atol=0)
@@ -478,6 +479,7 @@ def test_alexnet_trains_on_two_workers_with_fp16_allreduce(imagenet_trained):
     assert not set(ranks[0]["shard"].tolist()) & set(ranks[1]["shard"].tolist())
 
 
+@pytest.mark.long
 def test_resnet50_local_sgd_on_two_workers_ends_in_consensus(imagenet_trained):
     ranks = imagenet_trained["resnet50"]
     _assert_same_on_both_ranks(ranks, "trainable")
