@@ -7,7 +7,8 @@ tested without a cluster; `launch/hostfile.py` is the command line around them a
 - a plain list: `node1`, `node1:4`, or hostfile lines `node1 slots=4`;
 - a Slurm allocation: `SLURM_JOB_NODELIST` in Slurm's compressed syntax
   (`node[01-03,07]`, `gpu-[1-2],login1`, `rack[1-2]-n[01-02]`) with the slot count
-  from `SLURM_NTASKS_PER_NODE` or `SLURM_TASKS_PER_NODE` (`4(x2),3`);
+  from `SLURM_NTASKS_PER_NODE`, `SLURM_GPUS_PER_NODE` (a worker per GPU) or
+  `SLURM_TASKS_PER_NODE` (`4(x2),3`);
 - AWS: the JSON of `aws ec2 describe-instances --output json`.
 
 Every bad input raises HostError with one line that names the offending value.
@@ -150,17 +151,26 @@ def expand_tasks_per_node(spec: str) -> list[int]:
 
 
 def slurm_hosts(nodelist: str, slots: int | None = None, ntasks_per_node: str | None = None,
-                tasks_per_node: str | None = None) -> list[Host]:
+                tasks_per_node: str | None = None, gpus_per_node: str | None = None,
+                ntasks: str | None = None) -> list[Host]:
     """Hosts of a Slurm allocation.
 
     Slots come from `slots` (the --slots option) if given, else SLURM_NTASKS_PER_NODE
-    (one number for every node), else SLURM_TASKS_PER_NODE (one count per node).
+    (one number for every node), else, for a job that asked GPUs per node but no task
+    count (SLURM_NTASKS unset), one per GPU (SLURM_GPUS_PER_NODE), else
+    SLURM_TASKS_PER_NODE (one count per node).
+
+    The GPU rule is there because an --exclusive job that asks no task count gets a
+    task per CPU in SLURM_TASKS_PER_NODE, which on a GPU node (96 CPUs, 8 GPUs) would
+    be 96 workers sharing 8 devices; on a CPU node it is one worker per CPU.
     """
     names = expand_nodelist(nodelist)
     if slots is not None:
         counts = [positive_slots(slots, "--slots")] * len(names)
     elif ntasks_per_node:
         counts = [positive_slots(ntasks_per_node, "SLURM_NTASKS_PER_NODE")] * len(names)
+    elif gpus_per_node and not ntasks:
+        counts = [gpu_count(gpus_per_node)] * len(names)
     elif tasks_per_node:
         counts = expand_tasks_per_node(tasks_per_node)
         if len(counts) != len(names):
@@ -170,6 +180,18 @@ def slurm_hosts(nodelist: str, slots: int | None = None, ntasks_per_node: str | 
         raise HostError("no slot count: pass --slots, or set SLURM_NTASKS_PER_NODE "
                         "(sbatch --ntasks-per-node)")
     return validate([Host(name, count) for name, count in zip(names, counts)])
+
+
+def gpu_count(spec: str) -> int:
+    """SLURM_GPUS_PER_NODE, as sbatch --gpus-per-node takes it (`8`, `a100:8`,
+    `a100:4,v100:4`) -> the node's GPUs of every type together."""
+    total = 0
+    for part in spec.strip().split(","):
+        match = re.fullmatch(r"(?:[^:,\s]+:)?(\d+)", part.strip())
+        if not match:
+            raise HostError(f"malformed SLURM_GPUS_PER_NODE {spec!r}: bad entry {part!r}")
+        total += int(match.group(1))
+    return positive_slots(total, f"SLURM_GPUS_PER_NODE {spec!r}")
 
 
 # --- plain lists and hostfiles ---

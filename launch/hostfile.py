@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--nodelist", default=None,
                        help="Slurm node list (default: $SLURM_JOB_NODELIST)")
     slurm.add_argument("--slots", default=None,
-                       help="slots per node (default: $SLURM_NTASKS_PER_NODE, "
+                       help="slots per node (default: $SLURM_NTASKS_PER_NODE; else, if "
+                            "the job asked GPUs but no task count, $SLURM_GPUS_PER_NODE; "
                             "else $SLURM_TASKS_PER_NODE)")
     slurm.add_argument("--responding", action="store_true",
                        help="only the nodes sinfo reports usable (allocated, mixed or idle; "
@@ -115,8 +116,9 @@ def hosts_from_slurm(args) -> list[H.Host]:
     nodelist = args.nodelist or os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not nodelist:
         raise H.HostError("SLURM_JOB_NODELIST is not set: run inside a Slurm allocation or pass --nodelist")
-    hosts = H.slurm_hosts(nodelist, args.slots, os.environ.get("SLURM_NTASKS_PER_NODE"),
-                          os.environ.get("SLURM_TASKS_PER_NODE"))
+    env = os.environ.get
+    hosts = H.slurm_hosts(nodelist, args.slots, env("SLURM_NTASKS_PER_NODE"),
+                          env("SLURM_TASKS_PER_NODE"), env("SLURM_GPUS_PER_NODE"), env("SLURM_NTASKS"))
     return responding(hosts, nodelist) if args.responding else hosts
 
 

@@ -85,6 +85,31 @@ def test_slurm_slots_come_from_the_option_then_ntasks_then_tasks_per_node():
     assert slurm_hosts(nodes, tasks_per_node="4,3") == [Host("node1", 4), Host("node2", 3)]
 
 
+def test_a_job_asking_gpus_but_no_task_count_gets_a_worker_per_gpu_not_per_cpu():
+    # sbatch --exclusive --gpus-per-node=8 on 96-CPU nodes: SLURM_TASKS_PER_NODE is 96(x2).
+    nodes = "gpu[1-2]"
+    assert slurm_hosts(nodes, tasks_per_node="96(x2)", gpus_per_node="8") == [
+        Host("gpu1", 8), Host("gpu2", 8)]
+    assert slurm_hosts(nodes, tasks_per_node="96(x2)", gpus_per_node="a100:4,v100:2") == [
+        Host("gpu1", 6), Host("gpu2", 6)]
+    # A task count the user asked for wins over the GPUs.
+    assert slurm_hosts(nodes, ntasks_per_node="4", tasks_per_node="4(x2)",
+                       gpus_per_node="8") == [Host("gpu1", 4), Host("gpu2", 4)]
+    assert slurm_hosts(nodes, tasks_per_node="3,2", gpus_per_node="8", ntasks="5") == [
+        Host("gpu1", 3), Host("gpu2", 2)]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("eight", "malformed SLURM_GPUS_PER_NODE 'eight': bad entry 'eight'"),
+    ("a100:", "malformed SLURM_GPUS_PER_NODE 'a100:': bad entry 'a100:'"),
+    ("a100:0", "SLURM_GPUS_PER_NODE 'a100:0': slots must be a positive integer, got 0"),
+])
+def test_a_bad_gpus_per_node_is_one_line_naming_it(spec, message):
+    with pytest.raises(HostError) as err:
+        slurm_hosts("gpu[1-2]", tasks_per_node="96(x2)", gpus_per_node=spec)
+    assert str(err.value) == message
+
+
 def test_slurm_errors_name_the_offending_value():
     with pytest.raises(HostError) as err:
         slurm_hosts("node[1-3]", tasks_per_node="4(x2)")
@@ -288,6 +313,16 @@ def test_cli_reads_the_slurm_allocation_from_the_environment():
     result = hostfile_cli("slurm", "--format", "H", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "node01:8,node02:8,gpu-7:4\n"
+
+
+def test_cli_gives_an_exclusive_gpu_job_a_worker_per_gpu():
+    env = dict(os.environ, SLURM_JOB_NODELIST="gpu[1-2]", SLURM_TASKS_PER_NODE="96(x2)",
+               SLURM_GPUS_PER_NODE="h100:8")
+    for name in ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS"):
+        env.pop(name, None)
+    result = hostfile_cli("slurm", "--format", "np", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "16\n"
 
 
 @pytest.mark.parametrize("args, message", [

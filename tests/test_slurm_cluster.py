@@ -93,10 +93,11 @@ def slurm_cgroups() -> set[str]:
 
 def submit_script(record: str) -> str:
     """On h1: record the run's namespaces, show that Slurm refuses GPUs it does not have,
-    then sbatch --wait train.sbatch with the test's arguments, and print its output."""
+    then sbatch --wait train.sbatch with the test's arguments and no shape (the script's
+    defaults: every idle node, whole), and print its output."""
     return RECORD_NAMESPACES + (
         'sbatch --gpus-per-node=8 --wrap true 2>&1; '
-        'sbatch --wait --nodes=3 --ntasks-per-node=2 "$@"; code=$?; '
+        'sbatch --wait "$@"; code=$?; '
         'cat hvdtrain-*.out; exit $code')
 
 

@@ -60,7 +60,7 @@ kills every process on h3, slow shapes its link to a new rate. The exit status i
 COMMAND's.
 
   hvdtrain cluster --hosts 3 --slots 2 --slurm -- \\
-      sbatch --wait --nodes=3 --ntasks-per-node=2 launch/slurm/train.sbatch --epochs 1
+      sbatch --wait launch/slurm/train.sbatch --epochs 1
 
 --slurm: munged and slurmctld on h1 and slurmd on every host (Debian's slurm-wlm and
 munge), with a slurm.conf naming h1..hN with --slots CPUs each, all on the run's tmpfs;

@@ -6,7 +6,8 @@
 #   horovodrun -np 4 --min-np 2 --host-discovery-script launch/discover/slurm.sh --gloo \
 #       hvdtrain train --elastic ...
 #
-# Slots: SLURM_NTASKS_PER_NODE (sbatch --ntasks-per-node), else SLURM_TASKS_PER_NODE.
+# Slots: SLURM_NTASKS_PER_NODE (sbatch --ntasks-per-node); else, for a job that asked GPUs
+# but no task count, SLURM_GPUS_PER_NODE; else SLURM_TASKS_PER_NODE.
 # HVDTRAIN_HOST_CHECK (tcp, ssh or none; default tcp) and HVDTRAIN_SSH_PORT (default 22)
 # choose the reachability check; a node that fails it is left out, not an error.
 set -euo pipefail
