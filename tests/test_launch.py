@@ -266,6 +266,42 @@ def test_sbatch_stops_before_launch_with_one_line_naming_the_nodes_that_do_not_a
         call()  # horovodrun never ran
 
 
+def fake_nvidia_smi(env, gpus):
+    """Put an nvidia-smi that lists `gpus` GPUs first on env's PATH."""
+    bin_dir = env["PATH"].split(os.pathsep)[0]
+    lines = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
+    path = os.path.join(bin_dir, "nvidia-smi")
+    with open(path, "w") as script:
+        script.write(f"#!/bin/sh\nprintf '{lines}'\n")
+    os.chmod(path, 0o755)
+
+
+def test_sbatch_on_a_gpu_node_asking_no_gpus_and_no_tasks_stops_in_one_line(
+        fake_horovodrun, listening_port, tmp_path):
+    env, call = fake_horovodrun
+    slurm_env(env, listening_port)
+    fake_nvidia_smi(env, 8)
+    result = run(["bash", SBATCH, "--epochs", "1"], env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (f"train.sbatch: error: {socket.gethostname()} has 8 GPUs but the job "
+                             "asked for no GPUs and no task count, which starts a worker per CPU: "
+                             "submit with --gpus-per-node=8 (or --ntasks-per-node)\n")
+    with pytest.raises(FileNotFoundError):
+        call()  # horovodrun never ran
+
+
+@pytest.mark.parametrize("asked", [{"SLURM_GPUS_PER_NODE": "2"}, {"SLURM_NTASKS_PER_NODE": "2"},
+                                   {"SLURM_NTASKS": "4"}])
+def test_sbatch_on_a_gpu_node_launches_once_gpus_or_tasks_are_asked(
+        fake_horovodrun, listening_port, tmp_path, asked):
+    env, call = fake_horovodrun
+    slurm_env(env, listening_port).update(asked)
+    fake_nvidia_smi(env, 2)
+    result = run(["bash", SBATCH, "--epochs", "1"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert call()["argv"][:2] == ["-np", "4"]
+
+
 def test_sbatch_outside_a_checkout_says_where_it_looked(fake_horovodrun, tmp_path):
     env, _ = fake_horovodrun
     env["SLURM_SUBMIT_DIR"] = str(tmp_path)
