@@ -431,6 +431,62 @@ def test_time_to_target_costs_a_compressed_sweeps_runs_with_the_rows_of_its_roun
     assert "Wall time to 85.00% test accuracy (local rounds, int8)" in capsys.readouterr().out
 
 
+def _int8_and_int4_sweep(tmp_path) -> str:
+    """A sweep under --optimizer auto at 64 a worker: SGD's int8 rounds at 8 workers,
+    LAMB's rescaled int4 rounds at 16 (a global batch of 1,024); its base config says
+    neither (round_compression None)."""
+    runs = [dict(name="w1", workers=1, mode="sync", n_sync="", round_fragments=1,
+                 round_compression="none", examples_to_target=1000, target=0.85),
+            dict(name="w8-n10-cold", workers=8, mode="local", n_sync=10, round_fragments=1,
+                 round_compression="int8", examples_to_target=2000, target=0.85),
+            dict(name="w16-n10-cold", workers=16, mode="local", n_sync=10, round_fragments=1,
+                 round_compression="int4", examples_to_target=2400, target=0.85)]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"runs": runs, "base_config": {"round_compression": None}}))
+    return str(path)
+
+
+def test_time_to_target_costs_each_local_run_with_the_rows_of_its_own_rounds(tmp_path, capsys):
+    # One form for the whole sweep costed the int4 runs with int8's bytes.
+    bench = _with_int8_rows(tmp_path, "100mbit")
+    local = next(r for r in bench["rows"] if r.get("round_compression") == "int8"
+                 and r.get("round_fragments", 1) == 1)
+    bench["rows"].append(dict(local, label="local, n_sync 10, int4", round_compression="int4",
+                              bytes_per_step=5.2e4, largest_burst_bytes=5.2e5))
+    path = tmp_path / "int4.json"
+    path.write_text(json.dumps(bench))
+    out = tmp_path / "p"
+    assert main(["predict", str(path), "--workers", "8,16", "--link-rate", "100mbit",
+                 "--latency", "0", "--time-to-target", _int8_and_int4_sweep(tmp_path),
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "predict.json").read_text())
+    rates = {(r["workers"], r["round_compression"]): r["images_per_sec"]
+             for r in report["rows"] if r["mode"] == "local" and r["round_fragments"] == 1}
+    assert rates[(16, "int4")] > rates[(16, "int8")]  # half the bytes a round
+    speedups = {r["workers"]: r for r in report["time_to_target"]["rows"] if r["mode"] == "local"}
+    assert speedups[8]["images_per_sec"] == rates[(8, "int8")]
+    assert speedups[16]["images_per_sec"] == rates[(16, "int4")]
+    assert (speedups[8]["round_compression"], speedups[16]["round_compression"]) == ("int8", "int4")
+    assert report["time_to_target"]["round_form"] is None  # two forms: each row names its own
+    printed = capsys.readouterr().out
+    assert "Wall time to 85.00% test accuracy, against one worker" in printed
+    assert "| 100mbit | local n_sync 10, int8 | cold | 8 | 2000 |" in printed
+    assert "| 100mbit | local n_sync 10, int4 | cold | 16 | 2400 |" in printed
+
+
+def test_time_to_target_names_the_form_of_some_local_runs_the_bench_cannot_cost(tmp_path, capsys):
+    path = tmp_path / "int8.json"
+    path.write_text(json.dumps(_with_int8_rows(tmp_path, "100mbit")))
+    assert main(["predict", str(path), "--workers", "8,16", "--link-rate", "100mbit",
+                 "--time-to-target", _int8_and_int4_sweep(tmp_path),
+                 "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err == (
+        "hvdtrain: error: --time-to-target: some of the sweep's local runs sent rounds of "
+        "--round-compression int4 --round-fragments 1, and the bench has no local or async "
+        "rows of them to cost them with: run `hvdtrain bench` with those options (its "
+        "--fp16-allreduce sends uncompressed rounds as fp16)\n")
+
+
 def test_a_sweep_that_gave_no_round_compression_sent_local_modes_default_int8_rounds():
     from hvdtrain.benchmarks.predicted_speedup import sweep_round_form
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from hvdtrain.benchmarks.experiments import GridRun, _failure, grid
+from hvdtrain.benchmarks.experiments import GridRun, _failure, grid, saved_round_form
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels, plot_runs,
                                                  run_folders, smoothed_rows, thinned)
@@ -245,6 +245,9 @@ def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset
         assert 0.0 <= row["test_accuracy"] <= 1.0 and 0.0 <= row["final_training_error"] <= 1.0
         assert row["total_steps"] == 8 and row["wall_seconds"] > 0
     assert rows["w1"]["bytes_allreduced"] == 0 and rows["w1"]["n_sync"] == ""
+    # Each row says how its rounds travelled: local mode's default int8, none for sync.
+    assert [(r["round_fragments"], r["round_compression"]) for r in rows.values()] == [
+        (1, "none"), (1, "int8"), (1, "int8"), (1, "int8")]
     # Warm: 2 synchronous steps of gradients, then rounds of weights; cold: rounds only.
     assert rows["w2-n4-warm"]["bytes_allreduced"] > rows["w2-n4-cold"]["bytes_allreduced"] > 0
     # Single: no gradients, rounds at steps 2 (hand-over), 6 and 8; cold: at 4 and 8.
@@ -279,3 +282,21 @@ def test_a_sync_runs_curve_has_the_period_of_one_step_whatever_its_config_saved(
     assert load_curve(str(tmp_path / "sync")).n_sync == 1
     _write_run(str(tmp_path / "local"), 4, "local", "40/workers", 0, [0.5, 0.4])
     assert load_curve(str(tmp_path / "local")).n_sync == 10  # the rule's steps at 4 workers
+
+
+@pytest.mark.parametrize("options, form", [
+    ({"optimizer": "sgd"}, (1, "int8")),                                  # local's default
+    ({"optimizer": "lamb"}, (1, "int4")),                                 # rescaled rounds
+    ({"optimizer": "sgd", "round_compression": "none", "fp16_allreduce": True}, (1, "fp16")),
+    ({"optimizer": "sgd", "round_fragments": 4}, (4, "int8")),
+])
+def test_a_sweep_row_gives_the_form_its_runs_rounds_travelled_in(tmp_path, options, form):
+    config = load_config(None, {"mode": "local", "batch_size": 64, **options}).resolved()
+    config.save_yaml(str(tmp_path / "config.yaml"))
+    saved = saved_round_form(str(tmp_path))
+    assert (saved["round_fragments"], saved["round_compression"]) == form
+
+
+def test_a_sweep_row_of_a_run_that_saved_no_config_leaves_its_form_blank(tmp_path):
+    assert saved_round_form(str(tmp_path)) == {"round_fragments": "", "round_compression": ""}
+

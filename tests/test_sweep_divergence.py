@@ -15,6 +15,7 @@ from hvdtrain.benchmarks.diverged_runs import MARKER, first_error, mark_diverged
 from hvdtrain.benchmarks.experiments import add_time_to_target, format_table
 from hvdtrain.benchmarks.learning_curves import load_curve, plot_runs
 from hvdtrain.benchmarks.predicted_speedup import examples_to_target
+from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.benchmarks.seeds import format_settings_table, summarize_seeds
 from hvdtrain.cli import main
 from hvdtrain.errors import DataError
@@ -167,9 +168,10 @@ def test_a_diverged_sync_run_reaches_no_target_and_sets_no_default(tmp_path):
     # `hvdtrain predict --time-to-target` reads the sweep's rows: the diverged one is not a setup.
     add_time_to_target(rows, dirs, 0.85)
     reached = examples_to_target({"runs": rows})
-    assert reached.examples == {("sync", 1, 4, "cold"): 1280, ("sync", 1, 1, "cold"): 1280}
+    sync4, sync1 = ("sync", 1, 4, "cold", RoundForm()), ("sync", 1, 1, "cold", RoundForm())
+    assert reached.examples == {sync4: 1280, sync1: 1280}
     # The diverged seed is a run of its setup that never reached the target.
-    assert reached.reached == {("sync", 1, 4, "cold"): (1, 2), ("sync", 1, 1, "cold"): (1, 1)}
+    assert reached.reached == {sync4: (1, 2), sync1: (1, 1)}
 
 
 def test_a_setting_counts_its_diverged_seeds_and_averages_the_finished_ones():

@@ -25,6 +25,8 @@ import math
 import os
 from dataclasses import dataclass, replace
 
+import yaml
+
 from hvdtrain.benchmarks.diverged_runs import (DIVERGED, FINISHED, described, first_error,
                                                is_divergence, is_diverged, mark_diverged,
                                                read_marker)
@@ -32,6 +34,7 @@ from hvdtrain.benchmarks.launching import run_job, tool
 from hvdtrain.benchmarks.learning_curves import (PAPER_WINDOW, STARTS, WARM_START_OF, load_curve,
                                                  plot_runs)
 from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_command, topology
+from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.benchmarks.seeds import (SETTING_COLUMNS, add_seeds_option, format_settings_table,
                                        parse_seeds, seed_suffix, summarize_seeds)
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
@@ -54,7 +57,12 @@ BASE_OPTIONS = tuple(n for n in TrainConfig.field_names() if n not in GRID_OPTIO
 SUMMARY_COLUMNS = ("test_accuracy", "wall_seconds", "images_per_sec", "bytes_allreduced",
                    "averaging_rounds", "total_steps")
 TARGET_COLUMNS = ("target", "seconds_to_target", "examples_to_target", "bytes_to_target")
-COLUMNS = ("name", "workers", "mode", "n_sync", "start", "seed", "status", "diverged_step",
+# A run's rounds as they travelled (its resolved config): --optimizer auto takes LAMB from
+# a global batch of 1,024, whose rescaled rounds default to int4, so one sweep over worker
+# counts holds rounds of more than one form, and `hvdtrain predict` costs each with its own.
+FORM_COLUMNS = ("round_fragments", "round_compression")
+COLUMNS = ("name", "workers", "mode", "n_sync", "start", *FORM_COLUMNS, "seed", "status",
+           "diverged_step",
            "final_training_error", *SUMMARY_COLUMNS, *TARGET_COLUMNS, "diverged_reason")
 
 
@@ -201,19 +209,30 @@ def _identity(run: GridRun, shared_seed: int) -> dict:
             "start": run.start, "seed": shared_seed if run.seed is None else run.seed}
 
 
+def saved_round_form(run_dir: str) -> dict:
+    """The form of the run's rounds, from the config it saved (blank where it saved none)."""
+    path = os.path.join(run_dir, run_folder.CONFIG)
+    if not os.path.exists(path):
+        return dict.fromkeys(FORM_COLUMNS, "")
+    with open(path, encoding="utf-8") as fh:
+        config = yaml.safe_load(fh) or {}
+    return RoundForm.of({k: v for k, v in config.items() if v is not None}).columns()
+
+
 def _row(run: GridRun, run_dir: str, window: int, shared_seed: int) -> dict:
     summary = files.read_json(os.path.join(run_dir, run_folder.SUMMARY))
     curve = load_curve(run_dir)
-    return {**_identity(run, shared_seed), "status": FINISHED, "diverged_step": "",
+    return {**_identity(run, shared_seed), **saved_round_form(run_dir), "status": FINISHED,
+            "diverged_step": "",
             "diverged_reason": "", "final_training_error": sliding_mean(curve.error, window)[-1],
             **{k: summary[k] for k in SUMMARY_COLUMNS}}
 
 
-def _diverged_row(run: GridRun, marker: dict, shared_seed: int) -> dict:
+def _diverged_row(run: GridRun, marker: dict, shared_seed: int, run_dir: str) -> dict:
     """A run the guard stopped: its step and line, and blanks where a summary would be
     (it wrote none, and its last logged steps are the blow-up, not a result)."""
     step = marker.get("step")
-    return {**_identity(run, shared_seed), "status": DIVERGED,
+    return {**_identity(run, shared_seed), **saved_round_form(run_dir), "status": DIVERGED,
             "diverged_step": "" if step is None else step, "diverged_reason": marker["reason"],
             "final_training_error": "", **dict.fromkeys(SUMMARY_COLUMNS, "")}
 
@@ -256,7 +275,7 @@ def _train_or_skip(args: argparse.Namespace, grid_run: GridRun, number: int, cou
     if not finished and marker is None:
         marker = _train(args, grid_run, f"{number}/{count}", base_path, run_dir)
     if marker is not None:
-        return _diverged_row(grid_run, marker, shared_seed)
+        return _diverged_row(grid_run, marker, shared_seed, run_dir)
     return _row(grid_run, run_dir, args.window, shared_seed)
 
 

@@ -109,9 +109,11 @@ def add_parser(commands) -> None:
                         help="sweep.json of `hvdtrain sweep --target`: each setup's examples "
                              "to the target (over --seeds, the mean of the seeds that reached "
                              "it, and how many did) over its predicted images/sec, as a "
-                             "speed-up in wall time over the one-worker run; local and async "
-                             "setups are costed with the bench's rows of the sweep's "
-                             "--round-compression and --round-fragments")
+                             "speed-up in wall time over the one-worker run; each local and "
+                             "async setup is costed with the bench's rows of its own rounds' "
+                             "--round-compression and --round-fragments (a sweep's row records "
+                             "them: --optimizer auto's rounds are int8 below a global batch of "
+                             "1,024 and int4 from it on)")
     parser.add_argument("--check", nargs="*", default=[], metavar="BENCH_JSON",
                         help="benches run with --link-rate: predict their rows and compare")
     parser.add_argument("--out", default=None,
@@ -387,15 +389,15 @@ def time_to_target(sweep_path: str | None, rows: list[dict], work: Workload,
     if note:
         print(note, flush=True)
     one_worker = work.batch_per_worker / work.compute_seconds
-    form = predicted_speedup.sweep_round_form(sweep)
-    chosen = predicted_speedup.rows_of_form(rows, form, reached)
+    chosen = predicted_speedup.rows_of_forms(rows, reached)
     note = predicted_speedup.gradients_note(sweep, bench_fp16)
     if note:
         print(note, flush=True)
-    return {"rows": predicted_speedup.speedups(chosen, reached, one_worker),
-            "target": reached.target, "alone_examples": alone,
-            "alone_runs": list(reached.one_worker_runs()),
-            "alone_images_per_sec": one_worker, "round_form": form.columns()}
+    speedups = predicted_speedup.speedups(chosen, reached, one_worker)
+    form = predicted_speedup.table_form(speedups, predicted_speedup.sweep_round_form(sweep))
+    return {"rows": speedups, "target": reached.target, "alone_examples": alone,
+            "alone_runs": list(reached.one_worker_runs()), "alone_images_per_sec": one_worker,
+            "round_form": form.columns() if form else None}
 
 
 def read_input(path: str, key: str, what: str) -> dict:

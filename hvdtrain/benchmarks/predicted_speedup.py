@@ -7,9 +7,10 @@ those examples over its predicted images/sec there, and its speed-up is the one-
 run's predicted seconds over its own. What carries over from the sweep is only the ratio
 of examples: how much statistical efficiency a setup loses or gains per example, which
 this assumes the other model and data would share. A sweep over seeds gives each setup
-the mean of its seeds that reached the target, and says how many did; its local runs sent
-rounds of the sweep's own form (`--round-compression`, `--round-fragments`), so they are
-costed with the predicted rows of that form only.
+the mean of its seeds that reached the target, and says how many did. Each local run is
+costed with the predicted rows of its own rounds' form (`--round-compression`,
+`--round-fragments`): a sweep over worker counts under `--optimizer auto` sends int8 rounds
+below a global batch of 1,024 and int4 from it on.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.config import DEFAULT_ROUND_COMPRESSION, LOCAL_MODES
 from hvdtrain.errors import ConfigError
 
-COLUMNS = ("mode", "n_sync", "start", "workers", "link_rate", "examples_to_target",
-           "examples_ratio", "images_per_sec", "speedup", "runs_reached", "runs")
+COLUMNS = ("mode", "n_sync", "start", "workers", "round_fragments", "round_compression",
+           "link_rate", "examples_to_target", "examples_ratio", "images_per_sec", "speedup",
+           "runs_reached", "runs")
 
-# (mode, n_sync, workers, start): a sync run's period is 1, as predict counts it.
-Setup = tuple[str, int, int, str]
+# (mode, n_sync, workers, start, form of its rounds): a sync run's period is 1, as predict
+# counts it, and its form RoundForm() (it sends no rounds).
+Setup = tuple[str, int, int, str, RoundForm]
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ def examples_to_target(sweep: dict, path: str = "the sweep") -> SweepTargets:
     number. A one-worker run counts as sync. One target for all: by default a sweep sets
     one per worker count, which would compare unlike with unlike."""
     found, runs, targets, left_out = defaultdict(list), Counter(), set(), []
+    sweep_form = sweep_round_form(sweep)
     for run in sweep["runs"]:
         if run["mode"] not in ("sync", *LOCAL_MODES):
             continue
@@ -81,7 +85,8 @@ def examples_to_target(sweep: dict, path: str = "the sweep") -> SweepTargets:
                 left_out.append((run.get("name", f"{run['workers']} workers"), str(run["n_sync"])))
             continue
         # Sweeps from before the start was recorded ran their one start cold.
-        setup = (mode, period, run["workers"], run.get("start") or "cold")
+        setup = (mode, period, run["workers"], run.get("start") or "cold",
+                 run_round_form(run, mode, sweep_form))
         runs[setup] += 1  # a seed that never reached it (or diverged) counts here only
         if reached:
             found[setup].append(int(examples))
@@ -93,6 +98,16 @@ def examples_to_target(sweep: dict, path: str = "the sweep") -> SweepTargets:
     return SweepTargets({s: fmean(e) for s, e in found.items()},
                         targets.pop() if targets else None, left_out,
                         {s: (len(e), runs[s]) for s, e in found.items()})
+
+
+def run_round_form(run: dict, mode: str, sweep_form: RoundForm) -> RoundForm:
+    """How a sweep run's rounds travelled: not at all in sync mode; as its row says (sweeps
+    since rows recorded it); else as the sweep's base config says (`sweep_round_form`)."""
+    if mode not in LOCAL_MODES:
+        return RoundForm()
+    if run.get("round_compression") not in ("", None):
+        return RoundForm.of(run)
+    return sweep_form
 
 
 def sweep_round_form(sweep: dict) -> RoundForm:
@@ -119,18 +134,31 @@ def gradients_note(sweep: dict, bench_fp16: bool) -> str | None:
             f"bench's as {said[bench_fp16]}: sync mode is costed with the bench's bytes")
 
 
-def rows_of_form(rows: list[dict], form: RoundForm, reached: SweepTargets) -> list[dict]:
+def rows_of_forms(rows: list[dict], reached: SweepTargets) -> list[dict]:
     """The predicted rows that stand for the sweep's runs: sync's, and the local and async
-    ones whose rounds have the sweep's form. Refused in one line where the sweep has local
-    or async setups and the prediction has no row of that form to cost them with."""
-    local = [r for r in rows if r["mode"] in LOCAL_MODES and RoundForm.of(r) == form]
-    if not local and any(mode in LOCAL_MODES for mode, *_ in reached.examples):
-        raise ConfigError(f"--time-to-target: the sweep's local runs sent rounds of "
-                          f"--round-compression {form.compression} --round-fragments "
-                          f"{form.fragments}, and the bench has no local or async rows of "
-                          f"them to cost them with: run `hvdtrain bench` with those options "
-                          f"(its --fp16-allreduce sends uncompressed rounds as fp16)")
-    return [r for r in rows if r["mode"] not in LOCAL_MODES] + local
+    ones whose rounds have the form of one of the sweep's local or async setups. Refused in
+    one line naming the first such form the prediction has no row of."""
+    forms = sorted({s[4] for s in reached.examples if s[0] in LOCAL_MODES},
+                   key=lambda f: (f.fragments, f.compression))
+    have = {RoundForm.of(r) for r in rows if r["mode"] in LOCAL_MODES}
+    missing = [form for form in forms if form not in have]
+    if missing:
+        runs = "the sweep's local runs" if len(forms) == 1 else "some of the sweep's local runs"
+        raise ConfigError(f"--time-to-target: {runs} sent rounds of --round-compression "
+                          f"{missing[0].compression} --round-fragments {missing[0].fragments}, "
+                          f"and the bench has no local or async rows of them to cost them "
+                          f"with: run `hvdtrain bench` with those options (its "
+                          f"--fp16-allreduce sends uncompressed rounds as fp16)")
+    return [r for r in rows if r["mode"] not in LOCAL_MODES or RoundForm.of(r) in forms]
+
+
+def table_form(rows: list[dict], sweep_form: RoundForm) -> RoundForm | None:
+    """The one form of the table's local rows, for its heading: the sweep's where it has
+    none; None where they differ, and each row then names its own."""
+    forms = {RoundForm.of(r) for r in rows if r["mode"] in LOCAL_MODES}
+    if not forms:
+        return sweep_form
+    return forms.pop() if len(forms) == 1 else None
 
 
 def speedups(rows: list[dict], reached: SweepTargets,
@@ -146,14 +174,17 @@ def speedups(rows: list[dict], reached: SweepTargets,
     for row in rows:
         if row.get("hierarchical"):
             continue
-        for (mode, n_sync, workers, start), examples in reached.examples.items():
+        for setup, examples in reached.examples.items():
+            mode, n_sync, workers, start, form = setup
             if (mode, n_sync, workers) != (row["mode"], row["n_sync"], row["workers"]):
                 continue
+            if mode in LOCAL_MODES and RoundForm.of(row) != form:
+                continue
             seconds = examples / row["images_per_sec"]
-            hits, ran = reached.reached[(mode, n_sync, workers, start)]
+            hits, ran = reached.reached[setup]
             out.append({"mode": mode, "n_sync": n_sync, "start": start, "workers": workers,
-                        "link_rate": row["link_rate"], "examples_to_target": examples,
-                        "examples_ratio": examples / alone,
+                        **form.columns(), "link_rate": row["link_rate"],
+                        "examples_to_target": examples, "examples_ratio": examples / alone,
                         "images_per_sec": row["images_per_sec"],
                         "speedup": alone_seconds / seconds, "runs_reached": hits, "runs": ran})
     return out
@@ -171,18 +202,26 @@ def left_out_note(reached: SweepTargets) -> str | None:
 def format_table(rows: list[dict], target: float, alone_examples: float,
                  alone_images_per_sec: float, round_form: dict | None = None,
                  alone_runs: list[int] | None = None) -> str:
-    form = RoundForm.of(round_form or {})
-    rounds = f" (local rounds{form.suffix})" if form != RoundForm() else ""
+    # None: the local rows' forms differ, and each names its own.
+    form = None if round_form is None else RoundForm.of(round_form)
+    rounds = f" (local rounds{form.suffix})" if form not in (None, RoundForm()) else ""
     seeds = f"{alone_runs[0]} of {alone_runs[1]} runs reaching it, " if alone_runs else ""
     head = (f"Wall time to {target:.2%} test accuracy{rounds}, against one worker (which "
             f"needed {alone_examples:.0f} examples, {seeds}at {alone_images_per_sec:.1f} "
             "images/sec):\n"
             "| link | mode | start | workers | examples to target | × one worker's | "
             "images/sec | speed-up | runs that reached it |\n" + "|" + "---|" * 9)
-    lines = [f"| {r['link_rate']} | {r['mode']}"
-             f"{' n_sync ' + str(r['n_sync']) if r['mode'] in LOCAL_MODES else ''} | "
+    lines = [f"| {r['link_rate']} | {r['mode']}{_period_and_form(r, form is None)} | "
              f"{r['start']} | {r['workers']} | {r['examples_to_target']:.0f} | "
              f"{r['examples_ratio']:.2f} | {r['images_per_sec']:.1f} | {r['speedup']:.2f}× | "
              f"{r['runs_reached']} of {r['runs']} |"
              for r in rows]
     return "\n".join([head, *lines])
+
+
+def _period_and_form(row: dict, own_form: bool) -> str:
+    """What the mode cell adds for a local or async row: its period, and with `own_form`
+    its rounds' form (' n_sync 2, int4')."""
+    if row["mode"] not in LOCAL_MODES:
+        return ""
+    return f" n_sync {row['n_sync']}" + (RoundForm.of(row).suffix if own_form else "")
