@@ -315,6 +315,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # six trainings and their benches in one job: about 25 seconds here
 def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_path):
     from conftest import horovodrun
     from hvdtrain import quantize
@@ -369,6 +370,7 @@ def test_hierarchical_rows_send_only_rounds_across_hosts_and_gradients_inside_th
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # 3 rows of 40 steps, one rank computing at half speed: about 25 seconds here
 def test_bench_under_horovodrun_measures_that_job(tmp_path):
     from conftest import horovodrun
 

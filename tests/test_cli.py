@@ -214,6 +214,7 @@ def _run(*argv, timeout=180):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # four hvdtrain commands, a training among them: about 20 seconds here
 def test_data_to_tfrecords_then_train_on_them(tmp_path):
     from helpers import write_image_folder
 

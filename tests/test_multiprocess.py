@@ -417,6 +417,7 @@ def test_cli_two_workers_learn_fashion_mnist_subset(tmp_path):
     assert summary["cores_per_worker"] == len(os.sched_getaffinity(0)) // 2
 
 
+@pytest.mark.long  # two jobs of 512 a worker: about 25 seconds here
 def test_the_default_optimizer_takes_lamb_at_a_global_batch_of_1024_and_the_run_records_it(
         tmp_path):
     data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=2048, test=64)
