@@ -330,6 +330,7 @@ def hybrid(tmp_path_factory):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # `hybrid` is one job of about 25 seconds here
 def test_sync_hybrid_training_leaves_identical_weights_on_both_workers(hybrid):
     rank0, rank1 = hybrid["sync"]
     assert np.abs(rank0["initial"] - rank1["initial"]).max() > 1e-3  # the broadcast had work to do
@@ -338,6 +339,7 @@ def test_sync_hybrid_training_leaves_identical_weights_on_both_workers(hybrid):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long
 def test_local_sgd_hybrid_training_ends_in_consensus_after_drifting_apart(hybrid):
     rank0, rank1 = hybrid["local"]
     np.testing.assert_allclose(rank0["weights"], rank1["weights"], rtol=0, atol=1e-6)
@@ -349,6 +351,7 @@ def test_local_sgd_hybrid_training_ends_in_consensus_after_drifting_apart(hybrid
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long
 def test_every_worker_splits_its_model_over_two_devices(hybrid):
     for mode, ranks in hybrid.items():
         for rank in ranks:
@@ -360,6 +363,7 @@ def test_every_worker_splits_its_model_over_two_devices(hybrid):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # with the hybrid jobs above; about 16 seconds here
 def test_cli_hybrid_two_workers_times_two_devices(tmp_path):
     """`hvdtrain train --model alexnet-2col --model-parallel 2` under horovodrun."""
     out = tmp_path / "run"

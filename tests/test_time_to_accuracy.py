@@ -39,6 +39,7 @@ def _eval_lines(root, name) -> list[dict]:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # `trained` is one job of about 25 seconds here
 @pytest.mark.parametrize("name", ["eval_local", "eval_async"])
 def test_eval_every_evaluates_the_consensus_model(trained, name):
     root, results = trained
@@ -60,6 +61,7 @@ def test_eval_every_evaluates_the_consensus_model(trained, name):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long
 def test_eval_examples_evaluates_a_fixed_part_of_the_test_split_in_sync_mode(trained):
     root, _ = trained
     lines = _eval_lines(root, "eval_sync")
@@ -71,6 +73,7 @@ def test_eval_examples_evaluates_a_fixed_part_of_the_test_split_in_sync_mode(tra
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["auto_local", "auto_async"])
 def test_every_rank_holds_the_same_adaptive_period_at_every_step(trained, name):
     root, results = trained
