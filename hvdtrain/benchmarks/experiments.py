@@ -25,8 +25,6 @@ import math
 import os
 from dataclasses import dataclass, replace
 
-import yaml
-
 from hvdtrain.benchmarks.diverged_runs import (DIVERGED, FINISHED, described, first_error,
                                                is_divergence, is_diverged, mark_diverged,
                                                read_marker)
@@ -211,11 +209,9 @@ def _identity(run: GridRun, shared_seed: int) -> dict:
 
 def saved_round_form(run_dir: str) -> dict:
     """The form of the run's rounds, from the config it saved (blank where it saved none)."""
-    path = os.path.join(run_dir, run_folder.CONFIG)
-    if not os.path.exists(path):
+    config = run_folder.saved_config(run_dir)
+    if not config:
         return dict.fromkeys(FORM_COLUMNS, "")
-    with open(path, encoding="utf-8") as fh:
-        config = yaml.safe_load(fh) or {}
     return RoundForm.of({k: v for k, v in config.items() if v is not None}).columns()
 
 

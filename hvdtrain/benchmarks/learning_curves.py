@@ -20,8 +20,6 @@ import json
 import os
 from dataclasses import dataclass, field
 
-import yaml
-
 from hvdtrain.benchmarks.diverged_runs import described, read_marker
 from hvdtrain.benchmarks.time_to_accuracy import accuracy_rows, draw_accuracy, load_points
 from hvdtrain.errors import ConfigError, DataError
@@ -94,8 +92,7 @@ def load_curve(run_dir: str) -> Curve:
     if not os.path.isfile(steps_path) or not os.path.isfile(config_path):
         raise DataError(f"{run_dir} is not an hvdtrain run folder with {run_folder.STEPS} "
                         f"and {run_folder.CONFIG}")
-    with open(config_path, encoding="utf-8") as fh:
-        config = yaml.safe_load(fh) or {}
+    config = run_folder.saved_config(run_dir)
     summary_path = os.path.join(run_dir, run_folder.SUMMARY)
     summary = files.read_json(summary_path) if os.path.isfile(summary_path) else {}
     # A run still going, or stopped, has no summary: the workers of its last epoch.

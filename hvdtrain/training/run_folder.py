@@ -10,7 +10,9 @@ import contextlib
 import json
 import os
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
+
+import yaml
 
 from hvdtrain.errors import RunFolderError
 from hvdtrain.files import atomic_write
@@ -22,6 +24,17 @@ STEPS = "steps.jsonl"
 FINAL_WEIGHTS = "model.weights.h5"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
+
+
+def saved_config(run_dir: str) -> dict[str, Any]:
+    """The options the run saved in its config.yaml, as written ({} where it saved none).
+    Read as plain YAML, not as a TrainConfig, so that a folder from an older version whose
+    options have since changed still reads."""
+    path = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
 
 
 def default_run_dir(model: str, mode: str, root: str = "runs") -> str:
