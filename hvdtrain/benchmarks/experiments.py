@@ -60,8 +60,8 @@ TARGET_COLUMNS = ("target", "seconds_to_target", "examples_to_target", "bytes_to
 # counts holds rounds of more than one form, and `hvdtrain predict` costs each with its own.
 FORM_COLUMNS = ("round_fragments", "round_compression")
 COLUMNS = ("name", "workers", "mode", "n_sync", "start", *FORM_COLUMNS, "seed", "status",
-           "diverged_step",
-           "final_training_error", *SUMMARY_COLUMNS, *TARGET_COLUMNS, "diverged_reason")
+           "diverged_step", "final_training_error", *SUMMARY_COLUMNS, *TARGET_COLUMNS,
+           "diverged_reason")
 
 
 @dataclass(frozen=True)
@@ -219,8 +219,8 @@ def _row(run: GridRun, run_dir: str, window: int, shared_seed: int) -> dict:
     summary = files.read_json(os.path.join(run_dir, run_folder.SUMMARY))
     curve = load_curve(run_dir)
     return {**_identity(run, shared_seed), **saved_round_form(run_dir), "status": FINISHED,
-            "diverged_step": "",
-            "diverged_reason": "", "final_training_error": sliding_mean(curve.error, window)[-1],
+            "diverged_step": "", "diverged_reason": "",
+            "final_training_error": sliding_mean(curve.error, window)[-1],
             **{k: summary[k] for k in SUMMARY_COLUMNS}}
 
 
