@@ -95,9 +95,17 @@ MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet
 DEFAULT_BUCKET_MB = "auto"
 
 
+# A run folder's config.yaml carries the version of its layout (files without one are 1).
+# 2: every option added since declares what runs did before it existed (`before=`).
+CONFIG_SCHEMA = 2
+SCHEMA_KEY = "schema"
+# `_opt(before=...)` left unset: nothing is known of runs saved before the option existed.
+UNDECLARED = object()
+
+
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, *,
          resumable: bool = False, modes: tuple[str, ...] = MODES, elsewhere: str = "refused",
-         default_per_mode: Mapping[str, Any] | None = None):
+         default_per_mode: Mapping[str, Any] | None = None, before: Any = UNDECLARED):
     """One option and every rule about it, as argparse's add_argument keeps them in one call.
 
     resumable: may differ between a run and its resumption: it changes where files are,
@@ -107,12 +115,17 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, *,
       (a run of that mode may also resume under another value).
     default_per_mode: the default in each mode, made concrete by `TrainConfig.resolved`
       (`default` is then None) and shown by the command's help.
+    before: what runs saved before the option existed trained with, which a run folder's
+      config.yaml without it resumes under (a resumable option needs none: its default is
+      harmless). Every option added from schema 2 on declares it; `tests/test_config.py`
+      fails on one that does not.
     """
     if elsewhere not in ("refused", "ignored"):
         raise ValueError(f"elsewhere must be 'refused' or 'ignored', got {elsewhere!r}")
     return field(default=default, metadata={
         "help": help, "choices": choices, "resumable": resumable, "modes": modes,
-        "elsewhere": elsewhere, "default_per_mode": dict(default_per_mode or {})})
+        "elsewhere": elsewhere, "default_per_mode": dict(default_per_mode or {}),
+        "before": before})
 
 
 @dataclass
@@ -169,7 +182,7 @@ class TrainConfig:
         "al. 2017); sqrt, --base-lr x sqrt(B/256); none, --base-lr whatever B is. Warmup "
         "starts from one worker's rate under the same rule. LeNet on Fashion-MNIST at a "
         "global batch of 1024 diverged at linear's peak of 0.4, and at 0.2; 0.1 trained",
-        LR_SCALINGS)
+        LR_SCALINGS, before="linear")
     max_lr: float | None = _opt(
         None, f"cap on the peak rate after --lr-scaling (and on the warmup's start); 0: no "
               f"cap. Default {DEFAULT_MAX_LR['lamb']:g} with --optimizer lamb "
@@ -181,7 +194,8 @@ class TrainConfig:
               f"0.06 there ended 5.7 points lower at 16 x 64, or diverged), else "
               f"{DEFAULT_MAX_LR_OTHERWISE:g}, which binds from a global batch of 256 (linear): "
               f"LeNet with SGD broke down above it at 512 and 1024, and LAMB at 0.1 sat at "
-              f"chance where 0.03 ended above SGD at 512 and 1024")
+              f"chance where 0.03 ended above SGD at 512 and 1024",
+        before=0.0)  # runs saved before the cap took the linear rule uncapped
     warmup_epochs: float = _opt(
         1.0, "epochs over which the rate ramps linearly from the one-worker rate to the scaled "
              "rate. 1 rather than 0.5: in 2-epoch LeNet runs at 8 to 32 workers it ended 0.5 to "
@@ -197,7 +211,7 @@ class TrainConfig:
     momentum: float = _opt(0.9, "momentum of SGD and LARS (0 for none)")
     lars_eta: float = _opt(
         LARS_ETA, "--optimizer lars: the trust coefficient, the fraction of a layer's weight "
-                  "norm one step at rate 1 moves it")
+                  "norm one step at rate 1 moves it", before=LARS_ETA)
     nesterov: bool = _opt(False, "use Nesterov momentum with SGD")
     weight_decay: float = _opt(
         0.0, "decoupled weight decay applied by the optimizer (biases and BatchNorm "
@@ -285,7 +299,7 @@ class TrainConfig:
               "Flat rounds of the whole model only: not with --hierarchical-sgd or "
               "--round-fragments",
         # Off where unused, so that a sweep's sync run can put it back (`refused_in`).
-        modes=("local",), default_per_mode={"sync": False, "async": False})
+        modes=("local",), default_per_mode={"sync": False, "async": False}, before=False)
     round_compression: str | None = _opt(
         None, "local and async modes: how a round's state travels. none: as it is, in one "
                 "allreduce (with --fp16-allreduce: as fp16 below). fp16, int8 or int4: each "
@@ -301,7 +315,9 @@ class TrainConfig:
                 "with int8's, at 0.126 of sync's bytes. int8 every 2 steps (--n-sync 2) ended "
                 "above float32 rounds every 5 steps in 22 of 24 LeNet runs at 2 to 32 "
                 "workers, at 0.13 of sync's bytes (BENCHMARKS.md)",
-        ROUND_COMPRESSIONS, modes=LOCAL_MODES, default_per_mode=DEFAULT_ROUND_COMPRESSION)
+        ROUND_COMPRESSIONS, modes=LOCAL_MODES, default_per_mode=DEFAULT_ROUND_COMPRESSION,
+        # Rounds before it travelled as they were (fp16 with --fp16-allreduce).
+        before="none")
     round_fragments: int = _opt(
         1, "local and async modes: F > 1 cuts the averaged state, in order, into F "
            "fragments of about equal bytes (Streaming DiLoCo; a dense or convolution layer "
@@ -311,7 +327,7 @@ class TrainConfig:
            "evaluations, checkpoints, elastic commits and the run's end average every "
            "fragment, so the workers agree there. Each fragment keeps its own "
            "--round-compression residual. Not with --outer-optimizer or --sync-seconds",
-        modes=LOCAL_MODES)
+        modes=LOCAL_MODES, before=1)
     hierarchical_sgd: bool = _opt(
         False, "local and async modes: hierarchical local SGD (Lin et al. 2018) for hosts of "
                "several workers: the workers of one host average gradients every step, as sync "
@@ -418,7 +434,7 @@ class TrainConfig:
 
     def save_yaml(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
-            yaml.safe_dump(self.to_dict(), fh, sort_keys=False)
+            yaml.safe_dump({SCHEMA_KEY: CONFIG_SCHEMA, **self.to_dict()}, fh, sort_keys=False)
 
     def resolved(self) -> "TrainConfig":
         """The defaults that depend on the mode made concrete: what a run uses and saves."""
@@ -694,20 +710,38 @@ def parse_interval(text: str) -> tuple[str, int]:
     return unit, int(match.group(1))
 
 
-def load_config(yaml_path: str | None = None, overrides: Mapping[str, Any] | None = None,
-                absent: Mapping[str, Any] | None = None) -> TrainConfig:
-    """Defaults, then the YAML file, then the overrides (CLI); validated. `absent`: values
-    for options the file does not name, where its mode uses them (a run's config.yaml saved
-    before an option existed ran without it)."""
+def load_config(yaml_path: str | None = None, overrides: Mapping[str, Any] | None = None
+                ) -> TrainConfig:
+    """Defaults, then the YAML file, then the overrides (CLI); validated."""
     values: dict[str, Any] = {}
     if yaml_path is not None:
         values.update(_read_yaml(yaml_path))
-        unused = dict(refused_in(values.get("mode", declared_default("mode"))))
-        values.update({name: value for name, value in (absent or {}).items()
-                       if name not in values and name not in unused})
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
+    return _config_of(values)
+
+
+def load_saved_config(path: str) -> TrainConfig:
+    """A run folder's config.yaml, as the run trained: an option the file does not name
+    (it was saved before the option existed) takes the value declared for such runs
+    (`_opt(before=...)`); one with no declaration is refused, since today's default would
+    pass for what the run did."""
+    values = _read_yaml(path)
+    unused = dict(refused_in(values.get("mode", declared_default("mode"))))
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in values or f.name in unused or f.metadata["resumable"]:
+            continue
+        if f.metadata["before"] is UNDECLARED:
+            raise ConfigError(
+                f"{path} names no {option_flag(f.name)}: it was saved by a version of "
+                f"hvdtrain without that option, whose value for such runs is not known; "
+                f"add `{f.name}: VALUE` to it as the run trained")
+        values[f.name] = f.metadata["before"]
+    return _config_of(values)
+
+
+def _config_of(values: dict[str, Any]) -> TrainConfig:
     known = set(TrainConfig.field_names())
     for key in values:
         if key not in known:
@@ -735,6 +769,11 @@ def _read_yaml(path: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of option: value")
+    schema = data.pop(SCHEMA_KEY, 1)
+    if not isinstance(schema, int) or not 1 <= schema <= CONFIG_SCHEMA:
+        raise ConfigError(f"config file {path} has {SCHEMA_KEY}: {schema!r}, which this version "
+                          f"of hvdtrain does not read (it reads 1 to {CONFIG_SCHEMA}): it was "
+                          f"written by a newer hvdtrain")
     known = set(TrainConfig.field_names())
     values = {}
     for key, value in data.items():

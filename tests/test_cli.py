@@ -142,18 +142,24 @@ def test_missing_init_weights_file_is_one_line(tmp_path, idx_dataset_dir):
         f"hvdtrain: error: --init-weights file not found: {tmp_path}/none.weights.h5")
 
 
+def _older_config(**changes) -> str:
+    """A config.yaml as an older hvdtrain saved it: every option, no schema version."""
+    return yaml.safe_dump(dict(TrainConfig().to_dict(), **changes), sort_keys=False)
+
+
 @pytest.mark.slow
 def test_a_folder_that_holds_a_run_is_not_overwritten(tmp_path, idx_dataset_dir):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("epochs: 1\n")
+    saved = _older_config(epochs=1)
+    (run / "config.yaml").write_text(saved)
     result = subprocess.run(
         [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--out", str(run),
          "--epochs", "3"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert (f"cannot resume {run}: --epochs is 3 but the run was started with 1"
             in result.stderr)
-    assert (run / "config.yaml").read_text() == "epochs: 1\n"
+    assert (run / "config.yaml").read_text() == saved
 
 
 @pytest.mark.slow
@@ -163,7 +169,7 @@ def test_the_same_command_after_an_upgrade_goes_on_with_the_runs_options(tmp_pat
     # before its first checkpoint: the command without those options continues it as it was.
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("epochs: 1\nbatch_size: 32\n")
+    (run / "config.yaml").write_text(_older_config(epochs=1, batch_size=32))
     result = subprocess.run(
         [sys.executable, "-m", "hvdtrain", "train", "--data-dir", idx_dataset_dir, "--out", str(run),
          "--no-validate"], capture_output=True, text=True, timeout=180)

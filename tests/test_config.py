@@ -133,11 +133,19 @@ def test_validating_a_config_does_not_import_tensorflow():
     assert result.returncode == 0, result.stderr
 
 
+def _write_saved(folder, values: dict, missing=()) -> None:
+    """A run's config.yaml as an older hvdtrain saved it (no schema version): every option
+    of today's but `missing`, at its declared default unless `values` names it."""
+    saved = {name: value for name, value in dict(TrainConfig().to_dict(), **values).items()
+             if name not in missing}
+    (folder / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+
+
 def test_a_run_saved_before_a_mode_dependent_default_was_written_resumes_under_it(tmp_path):
     from hvdtrain.training.resume import Job, plan_resume
 
     # A config.yaml that leaves --average-optimizer-state out (hand-written, or older).
-    (tmp_path / "config.yaml").write_text("mode: async\n")
+    _write_saved(tmp_path, {"mode": "async"})
     cfg = load_config(None, {"mode": "async", "out": str(tmp_path)}).resolved()
     assert plan_resume(cfg, Job(1, 1)).checkpoint is None  # nothing saved yet, and no refusal
     with pytest.raises(ConfigError, match="--average-optimizer-state is True but the run was "
@@ -150,12 +158,12 @@ def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
     from hvdtrain.training.resume import Job, plan_resume
 
     # Sync runs used to save the local period's default (10); sync mode never reads it.
-    (tmp_path / "config.yaml").write_text("n_sync: 10\n")
+    _write_saved(tmp_path, {"n_sync": 10})
     cfg = load_config(None, {"out": str(tmp_path)}).resolved()
     assert cfg.n_sync is None and plan_resume(cfg, Job(1, 1)).kept == {}
     # A local run's period is what it trains by: the command's default keeps the saved one,
     # a period given otherwise is refused in one line.
-    (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 10\n")
+    _write_saved(tmp_path, {"mode": "local", "n_sync": 10})
     cfg = load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved()
     assert plan_resume(cfg, Job(1, 1)).kept == {"n_sync": 10}
     with pytest.raises(ConfigError, match="^cannot resume .*: --n-sync is 5 but the run was "
@@ -178,8 +186,7 @@ def test_a_local_run_saved_under_an_old_default_period_resumes_under_it(
 
     # Local mode's default was 40/workers, then 40/workers:5, now 2 (hierarchical: 40/hosts,
     # then 40/hosts:5, now 2). Where the steps agree, the run goes on under today's default.
-    (tmp_path / "config.yaml").write_text(
-        yaml.safe_dump(dict(overrides, mode="local", n_sync=saved)))
+    _write_saved(tmp_path, dict(overrides, mode="local", n_sync=saved))
     cfg = load_config(None, dict(overrides, mode="local", out=str(tmp_path))).resolved()
     assert plan_resume(cfg, Job(workers, hosts)).kept == ({"n_sync": saved} if kept else {})
 
@@ -187,7 +194,7 @@ def test_a_local_run_saved_under_an_old_default_period_resumes_under_it(
 def test_a_period_given_as_steps_resumes_a_run_saved_with_a_rule_of_the_same_steps(tmp_path):
     from hvdtrain.training.resume import Job, plan_resume
 
-    (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 16/workers\n")
+    _write_saved(tmp_path, {"mode": "local", "n_sync": "16/workers"})
     cfg = load_config(None, {"mode": "local", "n_sync": "2", "out": str(tmp_path)}).resolved()
     assert plan_resume(cfg, Job(8, 1)).kept == {}  # 2 steps at 8 workers under either
 
@@ -216,9 +223,8 @@ def test_flat_local_mode_rounds_every_step_on_lamb_and_every_2_otherwise(
 def test_a_lamb_local_run_saved_with_rounds_every_2_steps_goes_on_with_them(tmp_path):
     from hvdtrain.training.resume import Job, plan_resume
 
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
-        {"mode": "local", "optimizer": "lamb", "batch_size": 32, "n_sync": 2,
-         "rescale_rounds": True}))
+    _write_saved(tmp_path, {"mode": "local", "optimizer": "lamb", "batch_size": 32,
+                            "n_sync": 2, "rescale_rounds": True})
     cfg = load_config(None, {"mode": "local", "batch_size": 32, "out": str(tmp_path)})
     plan = plan_resume(cfg.resolved(), Job(32, 1))
     assert (plan.optimizer, plan.kept) == ("lamb", {"n_sync": 2})  # auto keeps LAMB, and 2
@@ -231,8 +237,11 @@ def test_a_lamb_local_run_saved_with_rounds_every_2_steps_goes_on_with_them(tmp_
 def test_a_run_saved_before_rescaled_rounds_existed_goes_on_without_them(tmp_path, mode):
     from hvdtrain.training.resume import Job, kept_notice, plan_resume
 
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
-        {"mode": mode, "optimizer": "lamb", "batch_size": 32, "n_sync": 1}))
+    # Saved with the cap and the compression of the time, before --rescale-rounds.
+    _write_saved(tmp_path, {"mode": mode, "optimizer": "lamb", "batch_size": 32, "n_sync": 1,
+                            "max_lr": 0.06 if mode == "local" else 0.03,
+                            "round_compression": "int8" if mode == "local" else "none"},
+                 missing=("rescale_rounds",))
     cfg = load_config(None, {"mode": mode, "batch_size": 32, "out": str(tmp_path)})
     plan = plan_resume(cfg.resolved(), Job(32, 1))
     # A local run kept its LAMB cap of the time too, which rescaled rounds lower to sync's,
@@ -259,7 +268,7 @@ def test_an_option_given_otherwise_fixed_at_start_or_of_an_elastic_run_is_refuse
 
     # An elastic run's workers do not all see the resume plan, and Horovod's process sets
     # are made before the run folder is read: neither can take the saved value instead.
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    _write_saved(tmp_path, saved)
     with pytest.raises(ConfigError) as refused:
         plan_resume(load_config(None, dict(given, out=str(tmp_path))).resolved(), Job(8, 4))
     assert str(refused.value) == f"cannot resume {tmp_path}: {message}"
@@ -270,9 +279,8 @@ def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
 
     # Every option the command leaves at its default takes the run's: the mode too, and
     # with it the mode's own defaults.
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
-        {"mode": "local", "n_sync": 7, "epochs": 3, "round_compression": "fp16",
-         "average_optimizer_state": True}))
+    _write_saved(tmp_path, {"mode": "local", "n_sync": 7, "epochs": 3,
+                            "round_compression": "fp16", "average_optimizer_state": True})
     cfg = load_config(None, {"out": str(tmp_path), "log_every": 5}).resolved()
     plan = plan_resume(cfg, Job(4, 1))
     assert plan.kept == {"epochs": 3, "local_lr_workers": 8, "mode": "local", "n_sync": 7,
@@ -287,8 +295,71 @@ def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
 def test_a_period_given_other_than_the_default_must_be_the_one_saved(tmp_path):
     from hvdtrain.training.resume import Job, plan_resume
 
-    (tmp_path / "config.yaml").write_text("mode: local\nn_sync: 40/workers\n")
+    _write_saved(tmp_path, {"mode": "local", "n_sync": "40/workers"})
     cfg = load_config(None, {"mode": "local", "n_sync": "5", "out": str(tmp_path)}).resolved()
     with pytest.raises(ConfigError, match="^cannot resume .*: --n-sync is 5 but the run was "
                                           "started with '40/workers'$"):
         plan_resume(cfg, Job(4, 1))  # 10 steps against 5
+
+
+# The options every run folder's config.yaml has named since the oldest hvdtrain whose runs
+# resume today: an option outside this list must declare what runs did before it existed.
+OPTIONS_OF_THE_FIRST_SCHEMA = frozenset((
+    "model", "dataset", "data_dir", "train_examples", "synthetic_shape", "image_size", "epochs",
+    "steps_per_epoch", "batch_size", "optimizer", "base_lr", "warmup_epochs",
+    "local_lr_workers", "lr_decay", "momentum", "nesterov", "weight_decay", "seed", "mode",
+    "n_sync", "sync_seconds", "warm_start_steps", "warm_start", "epoch_rounds",
+    "init_weights", "average_bn_stats", "average_optimizer_state", "outer_optimizer",
+    "outer_lr", "outer_momentum", "hierarchical_sgd", "pin_cores", "model_parallel",
+    "deterministic", "mixed_precision", "xla", "fp16_allreduce", "bucket_mb", "out",
+    "validate", "eval_every", "eval_examples", "checkpoint_every", "keep_checkpoints",
+    "resume", "elastic", "elastic_commit_every", "log_every", "step_timeout"))
+
+
+def test_every_option_added_since_the_first_schema_declares_what_older_runs_did():
+    import dataclasses
+
+    from hvdtrain.config import UNDECLARED
+
+    undeclared = [f.name for f in dataclasses.fields(TrainConfig)
+                  if f.name not in OPTIONS_OF_THE_FIRST_SCHEMA
+                  and f.metadata["before"] is UNDECLARED and not f.metadata["resumable"]]
+    assert undeclared == [], ("declare _opt(before=...) for these: what a run saved before "
+                              "the option existed trained with")
+
+
+def test_a_local_run_saved_before_compressed_rounds_and_the_cap_goes_on_without_them(tmp_path):
+    from hvdtrain.training.resume import Job, kept_notice, plan_resume
+
+    # Rounds travelled as float32 and the linear rule had no cap: today's int8 rounds and
+    # cap of 0.1 would otherwise pass for what the run did.
+    _write_saved(tmp_path, {"mode": "local", "optimizer": "sgd", "n_sync": 2},
+                 missing=("round_compression", "max_lr", "round_fragments", "lr_scaling",
+                          "lars_eta", "rescale_rounds", "divergence_guard"))
+    cfg = load_config(None, {"mode": "local", "optimizer": "sgd", "out": str(tmp_path)})
+    plan = plan_resume(cfg.resolved(), Job(8, 1))
+    assert plan.kept == {"max_lr": 0.0, "round_compression": "none"}
+    assert "--max-lr 0.0, --round-compression none" in kept_notice(cfg, plan.kept,
+                                                                    plan.optimizer)
+
+
+def test_a_saved_config_missing_an_option_of_the_first_schema_is_refused_naming_it(tmp_path):
+    from hvdtrain.training.resume import Job, plan_resume
+
+    _write_saved(tmp_path, {"mode": "local"}, missing=("warm_start",))
+    cfg = load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved()
+    with pytest.raises(ConfigError, match=r"^\S+config.yaml names no --warm-start: it was "
+                                          r"saved by a version of hvdtrain without"):
+        plan_resume(cfg, Job(2, 1))
+
+
+def test_config_yaml_carries_its_schema_and_a_newer_one_is_refused(tmp_path):
+    from hvdtrain.config import CONFIG_SCHEMA
+
+    path = tmp_path / "config.yaml"
+    TrainConfig().save_yaml(str(path))
+    assert yaml.safe_load(path.read_text())["schema"] == CONFIG_SCHEMA
+    assert load_config(str(path)) == TrainConfig()
+    path.write_text(f"schema: {CONFIG_SCHEMA + 1}\nepochs: 2\n")
+    with pytest.raises(ConfigError, match="written by a newer hvdtrain"):
+        load_config(str(path))

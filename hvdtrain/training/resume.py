@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, declared_default, ignored_in,
-                             load_config, option_flag)
+                             load_saved_config, option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import settled
 from hvdtrain.periods import resolve_period
@@ -106,14 +106,8 @@ def _check_unfinished(cfg: TrainConfig) -> None:
         raise ConfigError(f"run folder {cfg.out} holds a finished run; choose a new --out")
 
 
-# Options a run's config.yaml lacks when it was saved before they existed, with the value
-# those runs trained with: the new default would otherwise pass for what the run did.
-BEFORE_THEY_EXISTED = {"rescale_rounds": False}
-
-
 def _saved_config(cfg: TrainConfig) -> TrainConfig:
-    path = os.path.join(cfg.out, run_folder.CONFIG)
-    return load_config(path, absent=BEFORE_THEY_EXISTED).resolved()
+    return load_saved_config(os.path.join(cfg.out, run_folder.CONFIG)).resolved()
 
 
 # Options that shape the job before the run folder is read (Horovod's process sets, the
