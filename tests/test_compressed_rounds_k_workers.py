@@ -136,6 +136,23 @@ def test_a_hand_over_from_rank_0_takes_its_values_and_drops_the_others_residuals
         assert not outside.any()
 
 
+@pytest.mark.parametrize("workers, compression", [(2, "int4"), (4, "int4"), (4, "int8")])
+def test_a_hand_over_followed_by_rounds_in_which_nobody_moves_converges_to_rank_0s_state(
+        workers, compression):
+    # A hand-over's cut is owed in full: mean rounds of zero changes deliver all of it.
+    exchanges = exchanges_for(workers, compression)
+    values = worker_values(workers, seed=7)
+    shares = [1.0] + [0.0] * (workers - 1)
+    taken = flat(run_round(exchanges, values, shares=shares)[0])
+    first_error = np.abs(taken - flat(values[0])).max()
+    zeros = [[np.zeros_like(a) for a in values[0]] for _ in range(workers)]
+    for _ in range(4):
+        taken = taken + flat(run_round(exchanges, zeros)[0])
+    # Each round owes the next only its own, smaller cut: the error shrinks geometrically
+    # (before, it stalled at (1 - 1/W) of the first cut).
+    assert np.abs(taken - flat(values[0])).max() < first_error / 20
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_an_int8_averager_round_pools_statistics_and_agrees_on_every_worker(workers):
     models = [batch_norm_model() for _ in range(workers)]

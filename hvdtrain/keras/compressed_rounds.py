@@ -9,7 +9,9 @@ bit-identical values.
 Error feedback at both encodings: a worker keeps what encoding its own change cut off
 and adds it to its next round's change; the owner of a shard also keeps what encoding the
 shard's mean cut off, times the number of workers, since it re-enters that mean as one
-worker's of W. What a round loses is so only delayed to the next round.
+worker's of W; a hand-over's sender keeps its own cut times W as well, since the
+hand-over is a sum that every worker takes whole. What a round loses is so only delayed to
+the next round.
 
 The residual is this worker's own, kept as long as the set of values: not in checkpoints
 (a resumed run starts with none), and cleared whenever all workers hold the same state
@@ -94,7 +96,8 @@ class CompressedExchange:
         gathered = comm.allgather(summed, name=f"{name}_gather", group=group)
         means = decode(gathered)  # a row per worker's shard, in rank order
         if feedback:  # this worker's own row of `means` is what its `summed` decodes to
-            cut = _residual(padded, decode(rows), shard, means[me], workers, me)
+            cut = _residual(padded, decode(rows), shard, means[me], workers, me,
+                            shared=share is not None)
             self._keep_residual(cut[:length], shards)
         return tf.reshape(means, [-1])[:length]
 
@@ -110,11 +113,17 @@ class CompressedExchange:
             [self.residual[:start], cut[:stop - start], self.residual[stop:]], axis=0))
 
 
-def _residual(padded, sent, shard, summed, workers: int, me: int) -> tf.Tensor:
+def _residual(padded, sent, shard, summed, workers: int, me: int,
+              shared: bool = False) -> tf.Tensor:
     """What a round cut off: this worker's own (`padded` less what its rows, `sent`,
     decode to) and, at its shard's place, the shard's sum less what it decodes to
-    (`summed`), times the workers, since it re-enters the mean as one worker's of W."""
+    (`summed`), times the workers, since it re-enters the mean as one worker's of W.
+    In a `shared` round (a hand-over) the sender's own cut is a cut of the sum every
+    worker took, not of a W-th of a mean: it is kept times the workers too, or the next
+    mean round would deliver only a W-th of it."""
     own_cut = padded - tf.reshape(sent, [-1])
+    if shared:
+        own_cut = own_cut * workers
     shard_cut = (shard - summed) * workers
     width = shard.shape[0]
     start = me * width
