@@ -11,7 +11,8 @@ worker, from what they all share:
   no restart of anything), so training goes on as if the evaluation had not happened.
 - a save (a checkpoint, an elastic commit): always a real round, so what is saved is the
   model training goes on from, and a resumed run, or the workers an elastic job rolls back,
-  are the run that went on. Step saves with `epoch_rounds` wait for the next round instead
+  are the run that went on (less, for compressed rounds, what the last round's encoding
+  still owed: error feedback is not saved). Step saves with `epoch_rounds` wait for the next round instead
   (which an epoch end's round bounds); without, they would wait up to a period.
 - an epoch's end: a round with `epoch_rounds`, or where it saves, or where the run ends.
 - the end of a `fit`: a round where the run ends. A trainer that runs one `fit` per run of

@@ -228,3 +228,30 @@ def test_compressed_rounds_send_adams_running_squares_in_float32(compression):
     coded = quantize.payload_bytes(2 * 2000, workers, compression)
     with FakeComm(workers, 0):
         assert averagers[0].payload_bytes == coded + 4 * 2000
+
+
+@pytest.mark.parametrize("fragments", [1, 2])
+def test_a_second_fit_in_consensus_keeps_what_the_last_round_owes(fragments):
+    # A trainer makes a new fit at each change of epoch length; the workers then hold the
+    # same bits, but their residuals are what the last round still owes. Only a new set
+    # of workers, whose state came from a broadcast, starts without.
+    from hvdtrain.keras import LocalSGD
+
+    with FakeComm(2, 0) as world:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+        callback = LocalSGD(n_sync=1, round_compression="int4", round_fragments=fragments)
+        callback.set_model(model)
+        averager = callback.attach(model)
+        parts = getattr(averager, "parts", [averager])
+        for part in parts:
+            part.compressed.residual.assign(tf.fill(part.compressed.residual.shape, 0.25))
+        callback._world, callback._fits = world.world_id, 1
+        callback.initial_state._given = (id(model), world.world_id)
+        callback.progress.steps = callback.progress.consensus_step = 100
+        callback._start_together()
+        assert all(np.all(p.compressed.residual.numpy() == 0.25) for p in parts)
+        callback._world = world.world_id + 1  # as after an elastic reset
+        callback._start_together()
+        assert not any(p.compressed.residual.numpy().any() for p in parts)

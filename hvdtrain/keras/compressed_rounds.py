@@ -13,9 +13,10 @@ worker's of W; a hand-over's sender keeps its own cut times W as well, since the
 hand-over is a sum that every worker takes whole. What a round loses is so only delayed to
 the next round.
 
-The residual is this worker's own, kept as long as the set of values: not in checkpoints
-(a resumed run starts with none), and cleared whenever all workers hold the same state
-(`reset`).
+The residual is this worker's own, kept as long as the set of workers: it is not in
+checkpoints, so a resumed run (a new set of workers, started from a broadcast) starts with
+none and loses what the last round before the save still owed, one round's encoding error;
+nothing else clears it (`reset`, called for a new set of workers only).
 """
 
 from __future__ import annotations

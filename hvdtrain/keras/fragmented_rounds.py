@@ -118,9 +118,9 @@ class FragmentedAverager:
         for part in self.parts:
             part.trace(apply_outer, take_chief)
 
-    def reset_anchor(self) -> None:
+    def reset_anchor(self, new_world: bool = True) -> None:
         for part in self.parts:
-            part.reset_anchor()
+            part.reset_anchor(new_world)
 
     def average(self, apply_outer: bool = True, take_chief: bool = False) -> float:
         """Every fragment's round, in order; the L2 distance of this worker's weights from

@@ -145,7 +145,8 @@ class LocalSGD(keras.callbacks.Callback):
         clients, and besides only where the run ends and where a save is (`saves`): an
         epoch end that saves, and a save every k steps at its own step, hold a round with
         the outer step, so a checkpoint always holds the model training goes on from and a
-        resumed run is the run that went on. Each save is then a round: for Paine's period
+        resumed run is the run that went on (compressed rounds' error feedback is not
+        saved: a resume loses what the last round's encoding still owed). Each save is then a round: for Paine's period
         alone, save every multiple of `n_sync` steps, or rarely. A callback of your own that
         saves between rounds must be in `saves`, or it saves its worker's own state. An
         evaluation sees the workers' average (one allreduce, no round) and each worker
@@ -497,7 +498,7 @@ class LocalSGD(keras.callbacks.Callback):
             self.progress.restore({"steps": optimizer_step(self.model.optimizer)})
         self._fits += 1
         if new_world or self.progress.in_consensus:
-            self.averager.reset_anchor()
+            self.averager.reset_anchor(new_world)
             self.progress.consensus_step = self.progress.steps
 
     def _follow_job_step(self, job_step: int) -> None:

@@ -332,12 +332,14 @@ class ModelStateAverager:
             self._round_fn().get_concrete_function(
                 tf.TensorSpec([], tf.float32), apply_outer and self.outer is not None, take_chief)
 
-    def reset_anchor(self) -> None:
+    def reset_anchor(self, new_world: bool = True) -> None:
         """Take the current state as SlowMo's x0 and as the reference compressed rounds send their
         change from. Call whenever every worker holds the same state, e.g. after a broadcast:
         workers whose references differ would end a round apart. A compressed round's
-        residual goes too: nothing is owed to a state all workers hold."""
-        if self.compressed is not None:
+        residual, what the last round still owes, goes only in a `new_world`, whose state
+        came from a broadcast: the workers of a finished round hold the same bits, yet their
+        mean residual is exactly what that round's encoding has yet to deliver."""
+        if self.compressed is not None and new_world:
             self.compressed.reset()
         if self.reference is not None:
             assign(self.reference, read(self.variables))  # SlowMo's x0 among them
