@@ -154,13 +154,15 @@ class RateFollowingPeriod(PeriodSetAtRounds):
     learning rate of the last step, by the quadratic synchronization rule
     (`averaging.quadratic_period`).
 
-    `rate()` reads that rate. Every worker's optimizer has taken the same steps when a
-    round is held (rounds every n steps keep them in step), so all read the same rate and
-    set the same period. The peak is the highest rate read at a round so far, so a
-    warmup's rising rate keeps the base period.
+    `rate(step)` is the schedule's rate for the job's `step`-th step. It is read at the
+    job's step count, never at an optimizer's: a LossScaleOptimizer does not count a step
+    it skipped on overflow, and an overlapped round does not re-align the count, so
+    workers reading their optimizers' counts could set different periods and part. The
+    peak is the highest rate read at a round so far, so a warmup's rising rate keeps the
+    base period.
     """
 
-    def __init__(self, base: int, growth: float, rate: Callable[[], float],
+    def __init__(self, base: int, growth: float, rate: Callable[[int], float],
                  warm_start_steps: int = 0):
         super().__init__(base, warm_start_steps)
         self.base = base
@@ -171,7 +173,7 @@ class RateFollowingPeriod(PeriodSetAtRounds):
     def held(self, step: int) -> None:
         """A round of this trigger ran after completed step `step`: set the period from
         the rate now, and count it from there."""
-        rate = float(self.rate())
+        rate = float(self.rate(step))
         self.peak = max(self.peak, rate)
         self.n_sync = quadratic_period(rate, self.peak, self.base, self.growth)
         super().held(step)

@@ -158,7 +158,7 @@ def qsr_rounds(steps: int) -> list[int]:
     rule, rounds = RateFollowingPeriod(1, 1.0, None), []
     while rule.next_round <= steps:
         step = rule.next_round
-        rule.rate = lambda: learning_rate_at(step - 1, spec)
+        rule.rate = lambda step: learning_rate_at(step - 1, spec)
         rule.held(step)
         rounds.append(step)
     return rounds

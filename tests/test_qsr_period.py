@@ -31,7 +31,7 @@ def test_the_period_grows_as_one_over_the_rate_squared_from_the_base(rate, peak,
 
 def test_the_peak_so_far_keeps_the_base_through_a_rising_rate_then_the_period_grows():
     rates = iter([0.01, 0.05, 0.1, 0.1, 0.07, 0.05, 0.03])
-    trigger = RateFollowingPeriod(1, 1.0, lambda: next(rates))
+    trigger = RateFollowingPeriod(1, 1.0, lambda step: next(rates))
     periods = []
     step = 0
     for _ in range(7):
@@ -45,12 +45,12 @@ def test_the_peak_so_far_keeps_the_base_through_a_rising_rate_then_the_period_gr
 
 
 def test_a_restored_trigger_goes_on_with_the_saved_peak_period_and_next_round():
-    first = RateFollowingPeriod(2, 1.0, lambda: 0.1, warm_start_steps=3)
+    first = RateFollowingPeriod(2, 1.0, lambda step: 0.1, warm_start_steps=3)
     assert first.next_round == 5 and first.n_sync == 2
     first.held(5)
-    first.rate = lambda: 0.04
+    first.rate = lambda step: 0.04
     first.held(7)
-    second = RateFollowingPeriod(2, 1.0, lambda: 0.04)
+    second = RateFollowingPeriod(2, 1.0, lambda step: 0.04)
     second.restore(first.saved())
     assert second.saved() == first.saved() == (0.1, 6, 13)
     second.held(13)
@@ -84,7 +84,9 @@ def test_qsr_sets_a_period_of_steps_so_rounds_every_t_seconds_refuse_it():
         LocalSGD(n_sync="qsr", sync_seconds=2.0, batch_size=4, epoch_examples=10)
 
 
-def _fitted(n_sync, epochs=1, callbacks=()):
+def _fitted(n_sync, epochs=1, callbacks=(), overlap=False, first=False):
+    """A fit with LocalSGD(n_sync) among `callbacks` (`first`: after them, so they act on
+    each step before it does)."""
     import keras
     import numpy as np
 
@@ -95,8 +97,9 @@ def _fitted(n_sync, epochs=1, callbacks=()):
     net.compile(keras.optimizers.SGD(rates), "mse")
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(64, 3)).astype("float32"), rng.normal(size=(64, 1)).astype("float32")
-    local = LocalSGD(n_sync=n_sync)
-    net.fit(x, y, batch_size=2, epochs=epochs, verbose=0, callbacks=[local, *callbacks])
+    local = LocalSGD(n_sync=n_sync, overlap=overlap)
+    ordered = [*callbacks, local] if first else [local, *callbacks]
+    net.fit(x, y, batch_size=2, epochs=epochs, verbose=0, callbacks=ordered)
     return local, net, rates
 
 
@@ -111,13 +114,34 @@ def test_the_keras_layer_reads_the_optimizers_rate_at_each_round():
     rounds = 0
     while expected.next_round <= 32:
         step = expected.next_round
-        expected.rate = lambda: float(rates(step - 1))
+        expected.rate = lambda step: float(rates(step - 1))
         expected.held(step)
         rounds += 1
     assert local.trigger.saved() == expected.saved()
     assert 4 < rounds < 32  # every step at first, then fewer and fewer
     last = expected.next_round - expected.n_sync
     assert local.rounds == rounds + (last != 32)  # the epoch's end holds a round of its own
+
+
+def test_overlapped_rounds_set_the_period_from_the_jobs_step_whatever_the_optimizer_counted():
+    """A LossScaleOptimizer does not count a step it skipped on overflow, and overlapped
+    rounds do not re-align its count: two workers that skipped different steps must still
+    set the same periods, the ones of the job's steps."""
+    import keras
+
+    from hvdtrain import comm
+    from hvdtrain.keras.state import base_optimizer
+
+    class SkipsSteps(keras.callbacks.Callback):  # as an overflow would, before the round
+        def on_train_batch_end(self, batch, logs=None):
+            if batch in (3, 9, 17):
+                base_optimizer(self.model.optimizer).iterations.assign_sub(1)
+
+    comm.init()
+    plain, _, _ = _fitted("qsr:1", overlap=True)
+    skipping, _, _ = _fitted("qsr:1", overlap=True, callbacks=(SkipsSteps(),), first=True)
+    assert skipping.trigger.saved() == plain.trigger.saved()
+    assert skipping.rounds == plain.rounds
 
 
 def test_a_checkpoint_keeps_the_rate_schedule_and_a_new_callback_goes_on_with_it(tmp_path):

@@ -47,7 +47,8 @@ from hvdtrain.keras.kept_schedule import KeptSchedule
 from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport, RateReport
 from hvdtrain.keras.round_runner import RoundRunner
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
-                                  current_learning_rate, optimizer_step, set_optimizer_step)
+                                  learning_rate_at, optimizer_step,
+                                  set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.periods import (AutoPeriod, PerWorkerPeriod, Period, QuadraticPeriod,
                               parse_period)
@@ -427,9 +428,10 @@ class LocalSGD(keras.callbacks.Callback):
         """The period's schedule kept with the model (auto's or qsr's), if it has one."""
         return self.adaptive or self.rate_rounds
 
-    def _rate(self) -> float:
-        """The learning rate of the last step, which a rate-following period reads."""
-        return float(current_learning_rate(self.model.optimizer))
+    def _rate(self, step: int) -> float:
+        """The learning rate of the job's `step`-th step, which a rate-following period
+        reads: the same on every worker whatever steps its optimizer counted."""
+        return float(learning_rate_at(self.model.optimizer, step))
 
     @property
     def _warming(self) -> bool:

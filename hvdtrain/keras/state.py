@@ -147,11 +147,15 @@ def set_optimizer_step(optimizer, step: int) -> None:
 
 
 def current_learning_rate(optimizer) -> tf.Tensor:
-    optimizer = base_optimizer(optimizer)
-    lr = optimizer._learning_rate  # the schedule itself, not the value cached at the last step
+    """The rate that produced the optimizer's latest update."""
+    return learning_rate_at(optimizer, base_optimizer(optimizer).iterations)
+
+
+def learning_rate_at(optimizer, steps) -> tf.Tensor:
+    """The rate of the optimizer's schedule for the `steps`-th step (counted from 1)."""
+    lr = base_optimizer(optimizer)._learning_rate  # the schedule, not the value cached
     if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
-        # The rate that produced the latest update.
-        return tf.cast(lr(tf.maximum(optimizer.iterations - 1, 0)), tf.float32)
+        return tf.cast(lr(tf.maximum(tf.cast(steps, tf.int64) - 1, 0)), tf.float32)
     return tf.cast(tf.convert_to_tensor(lr), tf.float32)
 
 
