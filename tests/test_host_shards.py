@@ -32,11 +32,12 @@ def flat(arrays) -> np.ndarray:
     return np.concatenate([np.ravel(a) for a in arrays]).astype(np.float64)
 
 
-def every_workers_round(hosts: int, run):
+def every_workers_round(hosts: int, run, passes: int = 3):
     """`run(k)` for every worker k of `hosts` hosts of 2, each in a world whose peers
-    send what the same code sends as them; returns each worker's result and its world."""
+    send what the same code sends as them; returns each worker's result and its world.
+    `passes`: one more than the longest chain of collectives that feed each other."""
     workers, layout = 2 * hosts, hosts_of_two(hosts)
-    sent = settled_sends(workers, lambda k: lambda: run(k, False), passes=3, hosts=layout)
+    sent = settled_sends(workers, lambda k: lambda: run(k, False), passes=passes, hosts=layout)
     results, worlds = [], []
     for k in range(workers):
         with FakeComm(workers, k, hosts=layout) as world:
@@ -123,3 +124,39 @@ def test_error_feedback_in_host_shards_keeps_each_workers_cut_of_its_own_shard_o
     mean = np.mean([flat(v) for v in values], axis=0)
     owed = 2 * np.mean([ex[k].residual.numpy() for k in range(4)], axis=0)
     np.testing.assert_allclose(flat(results[0]), mean - owed, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("compression", ["none", "int8"])
+def test_a_host_shard_round_gives_every_worker_the_mean_of_all_workers_statistics(compression):
+    # A host's workers hold the same weights, but each updates its BatchNorm statistics
+    # from its own batches: the round must average them over all W workers, not over one
+    # worker a host.
+    import keras
+
+    from hvdtrain.keras.state import ModelStateAverager, read
+    from workers.state_averaging_worker import batch_norm_model, set_statistics
+
+    layout = hosts_of_two(2)
+    models, averagers = [], []
+    for rank in range(4):  # from one state, the last round's
+        keras.utils.set_random_seed(0)
+        models.append(batch_norm_model())
+        with FakeComm(4, rank, hosts=layout):
+            averagers.append(ModelStateAverager(models[rank], across_hosts=True,
+                                                compression=compression))
+    for rank, model in enumerate(models):
+        for w in model.trainable_variables:  # one model a host
+            w.assign(w + 0.01 * (rank // 2))
+        set_statistics(model, np.full(3, 0.1 * (rank + 1)), np.full(3, 1.0 + 0.1 * rank))
+    own = [read(a.variables) for a in averagers]
+    # The statistics' mean in the host feeds an int8 round's alltoall, allgather and gather.
+    results, _ = every_workers_round(2, lambda k, feedback: averagers[k].exchange(
+        own[k], feedback=feedback), passes=4)
+    mean_at = next(i for i, v in enumerate(averagers[0].variables) if "moving_mean" in v.path)
+    var_at = next(i for i, v in enumerate(averagers[0].variables) if "moving_var" in v.path)
+    means, variances = 0.1 * np.arange(1, 5), 1.0 + 0.1 * np.arange(4)
+    pooled = np.mean(variances + means ** 2) - np.mean(means) ** 2
+    # One worker a host would give 0.2 or 0.3; int8's two encodings are off by < 0.01 here.
+    for result in results:
+        np.testing.assert_allclose(result[mean_at], np.full(3, 0.25), atol=0.01)
+        np.testing.assert_allclose(result[var_at], np.full(3, pooled), atol=0.01)

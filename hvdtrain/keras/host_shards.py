@@ -10,6 +10,11 @@ their shards from each other (`comm.allgather` among the host). What a worker se
 across hosts falls k-fold; a host's NIC carries 2(H-1)/H of one copy, as in Horovod's
 hierarchical allreduce (measured on emulated hosts: BENCHMARKS.md).
 
+The premise, a host's workers hold the same values, is true of weights and optimizer
+slots but not of BatchNorm's moving statistics, which each worker updates from its own
+batches: the averager takes their mean inside the host before the cut
+(`ModelStateAverager.exchange`).
+
 Every worker of a host ends with the same values (the gathered shards), and the i-th
 workers of all hosts with the same i-th shard (one collective's result), so every worker
 ends a round on the same bits. Hosts must be of one size (`comm.peer_group` is None

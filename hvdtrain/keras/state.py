@@ -432,11 +432,27 @@ class ModelStateAverager:
         moments = [] if take_chief else self._moments
         sent = _encode(values, reference, moments)
         shards = None if take_chief else self.shards  # no hierarchy takes a chief's state
+        if shards is not None:
+            sent = self._statistics_meant_in_host(sent, shards, name)
         if self.compressed is None:
             received = _float_exchange(sent, take_chief, name, shards)
         else:
             received = self._compressed_exchange(sent, take_chief, name, feedback, shards)
         return self.clamp_non_negative(_decode(received, reference, moments))
+
+    def _statistics_meant_in_host(self, sent, shards: HostShards, name: str) -> list:
+        """`sent` with the BatchNorm statistics replaced by their host's mean. Host shards
+        rest on a host's workers holding the same values: weights and slots do (gradients
+        are averaged every step), but each worker updates its moving statistics from its
+        own batches. Averaged first inside the host (sent pooled, so means of them are the
+        pooled moments), the shard round then gives the mean over all the workers."""
+        first = len(self.weights)
+        positions = range(first, first + len(self.statistics))
+        if not positions:
+            return sent
+        means = comm.average([sent[j] for j in positions], name=f"{name}_host_statistics",
+                             group=shards.host)
+        return [*sent[:first], *means, *sent[first + len(means):]]
 
     def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool, shards):
         """`sent`'s exchange in a compressed round: the running squares (`exact`) in
