@@ -282,6 +282,44 @@ def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_
     assert plan_resume(replace(cfg, resume="auto"), Job(1, 1)).checkpoint == store.path_for(3500)
 
 
+def test_resuming_another_runs_checkpoint_keeps_its_optimizer_or_refuses_another(tmp_path):
+    from hvdtrain.training.resume import Job, plan_resume
+
+    # A LAMB run at 16 x 64; a new job of 2 workers, where auto would take SGD, starts
+    # from its checkpoint: LAMB's slots are what the checkpoint holds.
+    source = tmp_path / "lamb-run"
+    source.mkdir()
+    load_config(None, {"out": str(source), "optimizer": "lamb"}).resolved().save_yaml(
+        str(source / "config.yaml"))
+    store = CheckpointStore(str(source / "checkpoints"), keep=3)
+    store.save(_state(1), _saved(100))
+    given = {"out": str(tmp_path / "new"), "resume": store.path_for(100)}
+    plan = plan_resume(load_config(None, given).resolved(), Job(2, 1))
+    assert plan.optimizer == "lamb"
+    with pytest.raises(ConfigError, match=r"^--resume \S+: the checkpoint was written with "
+                                          r"--optimizer lamb \(\S+config.yaml\), not sgd: "
+                                          r"give --optimizer lamb or auto$"):
+        plan_resume(load_config(None, dict(given, optimizer="sgd")).resolved(), Job(2, 1))
+
+
+def test_a_checkpoint_that_does_not_fit_the_optimizer_is_one_line_naming_it(tmp_path):
+    import keras
+
+    from hvdtrain.training.checkpoints import STATE_PREFIX, restore
+
+    def compiled(optimizer):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        model.compile(optimizer, "mse")
+        model.optimizer.build(model.trainable_variables)
+        return tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+
+    compiled(keras.optimizers.Lamb()).write(str(tmp_path / STATE_PREFIX))
+    with pytest.raises(ConfigError, match=rf"^checkpoint {tmp_path} does not fit this run's "
+                                          r"model and optimizer: [^\n]+$"):
+        restore(compiled(keras.optimizers.SGD(momentum=0.9)), str(tmp_path))
+
+
 def test_resuming_an_older_checkpoint_keeps_the_log_lines_it_cuts_with_the_abandoned_branch(
         tmp_path, capsys):
     from hvdtrain.training import run_folder

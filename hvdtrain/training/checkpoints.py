@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from hvdtrain.errors import ConfigError
 from hvdtrain.files import usual_mode
 from hvdtrain.progress import TrainingProgress
 
@@ -194,6 +195,13 @@ class CheckpointStore:
 
 
 def restore(state: tf.train.Checkpoint, path: str) -> None:
-    """Load a checkpoint into already-built variables; every saved value must find its variable."""
-    status = state.read(os.path.join(path, STATE_PREFIX))
-    status.assert_existing_objects_matched()
+    """Load a checkpoint into already-built variables; every saved value must find its
+    variable. One that does not fit (another model, another optimizer's slots) is a
+    ConfigError naming the checkpoint, not TensorFlow's traceback."""
+    try:
+        status = state.read(os.path.join(path, STATE_PREFIX))
+        status.assert_existing_objects_matched()
+    except (ValueError, AssertionError, tf.errors.OpError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"checkpoint {path} does not fit this run's model and optimizer: "
+                          f"{first}") from None

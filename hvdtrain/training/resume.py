@@ -94,7 +94,25 @@ def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) ->
                           "checkpoints (or --resume auto to continue that run)")
     if problem:
         raise ConfigError(problem)
-    return ResumePlan(path, saved)
+    return ResumePlan(path, saved, optimizer=_source_optimizer(path, cfg))
+
+
+def _source_optimizer(path: str, cfg: TrainConfig) -> str | None:
+    """The optimizer of the run that wrote checkpoint `path` (from its run folder's
+    config.yaml, if it has one), which `--optimizer auto` takes: a choice made again for
+    this job's size could be another optimizer, whose slots the checkpoint lacks."""
+    source_run = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    config = os.path.join(source_run, run_folder.CONFIG)
+    if not os.path.isfile(config):
+        return None
+    taken = load_saved_config(config).optimizer
+    if taken == "auto":  # saved before auto chose: nothing known
+        return None
+    if cfg.optimizer not in ("auto", taken):
+        raise ConfigError(f"--resume {path}: the checkpoint was written with --optimizer "
+                          f"{taken} ({config}), not {cfg.optimizer}: give --optimizer "
+                          f"{taken} or auto")
+    return taken
 
 
 def _store(cfg: TrainConfig) -> CheckpointStore:
@@ -187,9 +205,17 @@ def kept_notice(cfg: TrainConfig, kept: dict[str, Any], optimizer: str) -> str:
 
 def restore_on_chief(plan: ResumePlan, state: tf.train.Checkpoint, cfg: TrainConfig) -> None:
     """Rank 0 loads the checkpoint, and sets aside the checkpoints newer than it once it
-    is loaded; the state callbacks broadcast it when training starts."""
-    if not comm.is_chief():
+    is loaded; the state callbacks broadcast it when training starts. A checkpoint that
+    does not fit stops every rank in one line (an elastic run's rank 0 alone holds the
+    plan, and no call before its loop may be collective)."""
+    if cfg.elastic:
+        if comm.is_chief():
+            _restore(plan, state, cfg)
         return
+    on_chief(lambda: _restore(plan, state, cfg), name="restore")
+
+
+def _restore(plan: ResumePlan, state: tf.train.Checkpoint, cfg: TrainConfig) -> None:
     for note in plan.notes:
         print(f"hvdtrain: {note}", flush=True)
     restore(state, plan.checkpoint)
