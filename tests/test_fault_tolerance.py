@@ -123,6 +123,23 @@ def test_a_step_checkpoint_at_an_epochs_last_step_is_saved_after_its_log():
     assert logged == [(0, []), (1, [5])]  # each epoch's line came before its checkpoint
 
 
+def test_a_checkpoint_keeps_the_seconds_trained_so_far_and_reads_them_back(tmp_path):
+    comm.init()
+    progress = TrainingProgress(epoch_examples=80, steps=5, examples=40, eval_seconds=10.0)
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    # A run resumed after 70 s of training, 30 s into this process (10 of them evaluating).
+    checkpointer = Checkpointer(store, _state(1), SavePlan("steps", 5), progress, 8,
+                                start_time=time.time() - 100.0)
+    checkpointer.set_model(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
+    checkpointer._save()
+    saved, problem = CheckpointStore.verify(store.newest())
+    assert problem is None and 89.0 < saved.train_seconds < 95.0
+    # Checkpoints written before the seconds were kept read as 0.
+    meta = saved.to_json()
+    del meta["train_seconds"]
+    assert SavedProgress.from_json(meta).train_seconds == 0.0
+
+
 def test_step_log_flushed_at_commits_writes_each_step_once_with_its_own_value(tmp_path):
     comm.init()  # a world of one worker
 
@@ -452,6 +469,7 @@ def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path
     assert not (out / "summary.json").exists()
     for path in _checkpoints(out):  # whatever was on disk at the kill is whole
         assert CheckpointStore.verify(path)[1] is None
+    trained_before = CheckpointStore.verify(_checkpoints(out)[0])[0].train_seconds  # newest
 
     second = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -459,6 +477,8 @@ def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed_from_step"] > 0 and summary["resumed_from_step"] % 4 == 0
     assert summary["resumed_from_step"] + summary["steps_run"] == summary["total_steps"] == 48
+    # The run's clock went on from the checkpoint's: time to a target counts the first part.
+    assert 0 < trained_before < summary["wall_seconds"]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2] and records[-1]["step"] == 48
 

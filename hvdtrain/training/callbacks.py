@@ -294,8 +294,11 @@ class Checkpointer(keras.callbacks.Callback):
     """
 
     def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, saves: SavePlan,
-                 progress: TrainingProgress, batch_size: int):
+                 progress: TrainingProgress, batch_size: int, start_time: float = None):
         super().__init__()
+        # The run's clock origin (`time.time()`), moved back by a resumed run's earlier
+        # training seconds: what a checkpoint records as trained so far.
+        self.start_time = time.time() if start_time is None else start_time
         self.store = store
         self.state = state
         self.saves = saves
@@ -309,8 +312,9 @@ class Checkpointer(keras.callbacks.Callback):
         if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.model.weights):
             raise TrainingDiverged(f"weights are not finite at step {step}; not saving. "
                                    f"Last good checkpoint: {self.store.newest() or 'none'}")
+        trained = time.time() - self.start_time - self.progress.eval_seconds
         self.store.save(self.state, SavedProgress(
-            TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size))
+            TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size, trained))
         if self._points is not None:
             self._points.saved()
 

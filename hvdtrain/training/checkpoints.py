@@ -40,20 +40,26 @@ class SavedProgress:
     progress: TrainingProgress
     workers: int
     batch_size: int
+    # Seconds the run had trained (wall time less evaluations, every process before this
+    # one's included): a resumed run's clock goes on from here, so its time to a target
+    # counts the time before the stop (0 in checkpoints written before it was kept).
+    train_seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {**self.progress.saved(), "workers": self.workers, "batch_size": self.batch_size}
+        return {**self.progress.saved(), "workers": self.workers, "batch_size": self.batch_size,
+                "train_seconds": self.train_seconds}
 
     @classmethod
     def from_json(cls, meta: dict) -> "SavedProgress":
         meta = dict(meta)
         workers, batch_size = meta.pop("workers"), meta.pop("batch_size")
+        train_seconds = float(meta.pop("train_seconds", 0.0))
         if "step" in meta:  # written before progress was counted in examples
             global_batch = workers * batch_size
             meta = {"epoch_examples": meta["steps_per_epoch"] * global_batch,
                     "examples": meta["step"] * global_batch, "steps": meta["step"],
                     "averaging_rounds": meta.get("sync_count", 0)}
-        return cls(TrainingProgress(**meta), int(workers), int(batch_size))
+        return cls(TrainingProgress(**meta), int(workers), int(batch_size), train_seconds)
 
 
 def _step_of(path: str) -> int:

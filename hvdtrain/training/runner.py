@@ -77,6 +77,8 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     if cfg.elastic:  # a worker that joins later must take what the others took, on its own
         cfg = _settle_optimizer(cfg, None)
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())
+    if plan.saved is not None:  # the run's clock goes on: its time to a target counts it
+        start -= plan.saved.train_seconds
     cfg = _settle_optimizer(_keep_saved(cfg, plan), plan.optimizer)
     data = _training_data(cfg)
     # Checkpoints, logs and the final weights are written as training goes: a full disk
@@ -198,7 +200,7 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: Star
     saves = save_plan(cfg)
     state_sync = state_callback(cfg, model, progress, saves)
     state = checkpoint_state(model, state_sync)
-    checkpointer = make_checkpointer(cfg, cfg.out, state, progress, saves)
+    checkpointer = make_checkpointer(cfg, cfg.out, state, progress, saves, start)
     callbacks = get_callbacks(cfg, cfg.out, start, progress, state_sync, checkpointer,
                               extra_callbacks, lambda: _eval_data(cfg, data),
                               classes=data.num_classes,
