@@ -258,8 +258,10 @@ class TrainConfig:
         True, "local mode: a round at every epoch end and before every evaluation, so each "
               "worker goes on from the consensus model. --no-epoch-rounds: rounds come every "
               "--n-sync steps, as in Paine et al. (2013), whatever the epochs and --eval-every, "
-              "and besides only at the run's end and at every save (--checkpoint-every, "
-              "elastic commits), so a checkpoint holds the model training goes on from; an "
+              "and besides only at the run's end and at every elastic commit; a checkpoint, "
+              "of steps or of epochs, waits for the next round, so it holds the model "
+              "training goes on from (with a period longer than the checkpoint interval, "
+              "checkpoints come once a period); an "
               "evaluation sees the workers' average (one allreduce, no round) and each worker "
               "then goes on from its own weights. Needed for periods longer than an epoch: at "
               "32 workers an epoch of Fashion-MNIST is 58 steps of 32", modes=("local",))
@@ -388,7 +390,9 @@ class TrainConfig:
               "test split every time (default: all of it)")
     checkpoint_every: str = _opt(
         "1epoch", "checkpoint interval: N steps (500, 500steps) or N epochs (2e, 2epochs); in "
-                  "local mode a step checkpoint waits for the next averaging round",
+                  "local mode a checkpoint waits for the next averaging round (with epoch "
+                  "rounds an epoch's is at its end; with --no-epoch-rounds, up to a period "
+                  "after it)",
         resumable=True)
     keep_checkpoints: int = _opt(3, "how many of the newest checkpoints to keep", resumable=True)
     resume: str = _opt(

@@ -9,12 +9,15 @@ worker, from what they all share:
   always within a warm start), or with `epoch_rounds=False` a view: every worker holds the
   average while the evaluation runs and its own state again after (no round: no outer step,
   no restart of anything), so training goes on as if the evaluation had not happened.
-- a save (a checkpoint, an elastic commit): always a real round, so what is saved is the
-  model training goes on from, and a resumed run, or the workers an elastic job rolls back,
-  are the run that went on (less, for compressed rounds, what the last round's encoding
-  still owed: error feedback is not saved). Step saves with `epoch_rounds` wait for the next round instead
-  (which an epoch end's round bounds); without, they would wait up to a period.
-- an epoch's end: a round with `epoch_rounds`, or where it saves, or where the run ends.
+- a save: always at a consensus, so what is saved is the model training goes on from, and
+  a resumed run, or the workers an elastic job rolls back, are the run that went on (less,
+  for compressed rounds, what the last round's encoding still owed: error feedback is not
+  saved). A checkpoint, of steps or of an epoch, waits for the next round (with
+  `epoch_rounds` an epoch end's round bounds the wait; without, it waits up to a period,
+  so that rounds stay every n_sync steps as asked). An elastic commit holds a round at
+  its step and at every epoch end: it is where the workers roll back to.
+- an epoch's end: a round with `epoch_rounds`, or where an elastic job commits, or where
+  the run ends.
 - the end of a `fit`: a round where the run ends. A trainer that runs one `fit` per run of
   equal-length epochs gives the run's epochs (`run_epochs`); without them every `fit` ends
   the run, as a user's own single `fit` does.
@@ -50,12 +53,12 @@ class RoundPolicy:
 
     def at_step_end(self, agree: bool, done: range) -> Act:
         """After the steps `done` (and the period's round, if one fell due)."""
-        wanted = not self.epoch_rounds and self.saves.saves_within(done)
+        wanted = not self.epoch_rounds and self.saves.commits_within(done)
         return Act.ROUND if wanted and not agree else Act.NOTHING
 
     def at_epoch_end(self, agree: bool, epochs_done: int, fit_epochs: int | None) -> Act:
         """At the end of the `epochs_done`-th epoch (1-based) of a fit of `fit_epochs`."""
-        wanted = (self.epoch_rounds or self.saves.saves_at_epoch_end(epochs_done)
+        wanted = (self.epoch_rounds or self.saves.commit_every is not None
                   or epochs_done == (self.run_epochs or fit_epochs))
         return Act.ROUND if wanted and not agree else Act.NOTHING
 

@@ -45,3 +45,7 @@ class SavePlan:
     def saves_within(self, done: range) -> bool:
         """Whether a save every k steps falls due after one of the steps `done`."""
         return any(step % k == 0 for step in done for k in self.step_intervals)
+
+    def commits_within(self, done: range) -> bool:
+        """Whether an elastic commit falls due after one of the steps `done`."""
+        return bool(self.commit_every) and any(step % self.commit_every == 0 for step in done)

@@ -514,8 +514,9 @@ def test_a_two_worker_checkpoint_resumes_on_one_worker_in_examples(tmp_path, idx
 @pytest.mark.slow
 def test_a_run_without_epoch_rounds_resumed_from_an_epoch_checkpoint_is_the_run_that_went_on(
         tmp_path, idx_dataset_dir):
-    """SlowMo between rounds every 5 steps, epochs of 12: the epoch checkpoint is a round of
-    its own, so its model is SlowMo's x0 too, which a resume starts from (x0 is not kept)."""
+    """SlowMo between rounds every 5 steps, epochs of 12: the first epoch's checkpoint waits
+    for the round after step 15, so its model is SlowMo's x0 too, which a resume starts
+    from (x0 is not kept), a quarter into the second epoch."""
     command = _train_command(
         idx_dataset_dir, tmp_path / "whole", "--model", "lenet", "--mode", "local",
         "--no-epoch-rounds", "--n-sync", "5", "--outer-optimizer", "slowmo",
@@ -523,7 +524,9 @@ def test_a_run_without_epoch_rounds_resumed_from_an_epoch_checkpoint_is_the_run_
         "--deterministic", workers=1)
     whole = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
-    # The run as a kill right after the first epoch's checkpoint leaves it.
+    # The run as a kill right after the first epoch's checkpoint (at step 15) leaves it.
+    assert [os.path.basename(p) for p in _checkpoints(tmp_path / "whole")] == \
+        ["step-000000024", "step-000000015"]
     killed = tmp_path / "killed"
     shutil.copytree(tmp_path / "whole", killed)
     for name in ("summary.json", "model.weights.h5"):

@@ -12,8 +12,9 @@ from hvdtrain.save_plan import SavePlan
 
 
 def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 40,
-         hidden: bool = False):
-    """`hidden`: a second layer before the output, so the state has two layers to cut."""
+         hidden: bool = False, after=()):
+    """`hidden`: a second layer before the output, so the state has two layers to cut.
+    `after`: callbacks after `local_sgd`'s, as the runner's checkpointer is."""
     hk.init()  # a world of one worker
     keras.utils.set_random_seed(0)
     layers = [keras.layers.Dense(4)] if hidden else []
@@ -24,7 +25,7 @@ def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 4
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(examples, 3)).astype("float32"), rng.integers(0, 2, examples)
     history = model.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0,
-                        callbacks=[local_sgd])
+                        callbacks=[local_sgd, *after])
     return model, history.history
 
 
@@ -61,16 +62,32 @@ def test_without_epoch_rounds_only_the_period_and_the_end_hold_rounds():
     assert history["averaging_rounds"] == [3, 7]
 
 
-@pytest.mark.parametrize("saves, rounds", [
-    (SavePlan("epochs", 1), [4, 8]),   # and after step 10, the first epoch's end
-    (SavePlan("epochs", 2), [3, 7]),   # the last epoch's end is the run's anyway
-    (SavePlan("steps", 4), [5, 10]),   # and after steps 4, 8 and 16 (12 is a round anyway)
-    (SavePlan(), [3, 7]),
+class _SavedSteps:
+    """Stands in for CheckpointStore: notes the step of every save."""
+
+    def __init__(self):
+        self.steps = []
+
+    def save(self, state, saved):
+        self.steps.append(saved.progress.steps)
+
+
+@pytest.mark.parametrize("saves, saved", [
+    (SavePlan("epochs", 1), [12, 20]),  # the first epoch's waits for the round after 12
+    (SavePlan("epochs", 2), [20]),      # the last epoch's end is the run's round
+    (SavePlan("steps", 4), [6, 9, 12, 18, 20]),  # each waits for the next round
+    (SavePlan(), []),
 ])
-def test_without_epoch_rounds_every_save_holds_a_round(saves, rounds):
+def test_without_epoch_rounds_a_checkpoint_waits_for_the_next_round_and_adds_none(saves, saved):
+    from hvdtrain.training.callbacks import Checkpointer
+
     local_sgd = hk.LocalSGD(n_sync=3, epoch_rounds=False, saves=saves)
-    _, history = _fit(local_sgd, 1)
-    assert history["averaging_rounds"] == rounds
+    store = _SavedSteps()
+    checkpointer = Checkpointer(store, None, saves, local_sgd.progress, 4)
+    _, history = _fit(local_sgd, 1, after=[checkpointer])
+    # Rounds after steps 3, 6, ..., 18 and at the run's end (20), whatever the saves.
+    assert history["averaging_rounds"] == [3, 7]
+    assert store.steps == saved
 
 
 @pytest.mark.parametrize("run_epochs, rounds", [(2, 7), (None, 8)])

@@ -1,6 +1,6 @@
-"""--no-epoch-rounds in the trainer: rounds every --n-sync steps, one at the run's end and
-one at every save, none at the boundaries of the run's `fit` calls; a save holds the
-model training goes on from.
+"""--no-epoch-rounds in the trainer: rounds every --n-sync steps and one at the run's end,
+none at the boundaries of the run's `fit` calls nor at saves; a checkpoint waits for the
+next round, so it holds the model training goes on from.
 
 One Horovod job of two workers trains every run (SlowMo with momentum, so that a round
 too many, or one without the outer step, shows in the weights).
@@ -59,13 +59,13 @@ def test_the_runs_fits_hold_rounds_every_n_sync_steps_and_at_the_runs_end_only(r
 
 def test_the_last_epochs_checkpoint_holds_the_model_the_run_ends_with(results):
     ranks = results["epoch_saves"]
-    # After steps 4 and 8, and at both epoch ends (saves; the last one the end's round too).
-    assert _rounds(ranks[0]) == (4, [2, 4])
+    # After steps 4 and 8, and at the run's end; the first epoch's checkpoint waited for 8.
+    assert _rounds(ranks[0]) == (3, [1, 3])
     for rank in ranks:
         np.testing.assert_array_equal(ranks[0]["checkpoint_12"], rank["final"])
 
 
-@pytest.mark.parametrize("run, steps", [("epoch_saves", [6]), ("step_saves", [3, 6, 9])])
+@pytest.mark.parametrize("run, steps", [("epoch_saves", [8]), ("step_saves", [4, 8])])
 def test_every_checkpoint_holds_the_model_that_training_went_on_from(results, run, steps):
     ranks = results[run]
     for step in steps:
@@ -74,5 +74,8 @@ def test_every_checkpoint_holds_the_model_that_training_went_on_from(results, ru
             np.testing.assert_array_equal(ranks[0][f"checkpoint_{step}"], rank["going_on"][step],
                                           err_msg=f"{run}: step {step}")
     if run == "step_saves":
-        # Rounds every 4 steps and at every save, which every 3 steps are: 3, 4, 6, 8, 9, 12.
-        assert _rounds(ranks[0]) == (6, [3, 6])
+        # Rounds every 4 steps and at the end only: the saves due after steps 3, 6 and 9
+        # waited for the rounds after 4, 8 and 12 (the run's end).
+        assert _rounds(ranks[0]) == (3, [1, 3])
+        assert sorted(k for k in ranks[0] if k.startswith("checkpoint_")) == \
+            ["checkpoint_12", "checkpoint_4", "checkpoint_8"]

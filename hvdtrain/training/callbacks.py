@@ -288,9 +288,10 @@ class Checkpointer(keras.callbacks.Callback):
     only; after the state callbacks).
 
     A step checkpoint waits for consensus, and an epoch's last step for the epoch's end
-    (`StepSavePoints`); in local mode LocalSGD, asking the same plan, makes every save a
-    consensus, so what is saved is always the consensus model. Weights that are not
-    finite are never saved: the last good checkpoint stays the newest.
+    (`StepSavePoints`); an epoch checkpoint where the workers do not agree (local mode
+    without epoch rounds) waits for the next round too, across `fit` calls. What is
+    saved is so always the consensus model. Weights that are not finite are never
+    saved: the last good checkpoint stays the newest.
     """
 
     def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, saves: SavePlan,
@@ -306,6 +307,7 @@ class Checkpointer(keras.callbacks.Callback):
         self.batch_size = batch_size
         self._points = StepSavePoints(saves.checkpoint_steps, progress) \
             if saves.checkpoint_steps else None
+        self._epoch_save_waits = False  # an epoch's checkpoint, for the next consensus
 
     def _save(self) -> None:
         step = self.progress.steps
@@ -317,6 +319,7 @@ class Checkpointer(keras.callbacks.Callback):
             TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size, trained))
         if self._points is not None:
             self._points.saved()
+        self._epoch_save_waits = False
 
     def on_train_begin(self, logs=None):
         if self._points is not None:
@@ -325,11 +328,14 @@ class Checkpointer(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self._points is not None and self._points.at_batch_end(batch, self.params.get("steps")):
             self._save()
+        elif self._epoch_save_waits and self.progress.in_consensus \
+                and batch + 1 != self.params.get("steps"):  # an epoch's last: at its end
+            self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.saves.checkpoints_at_epoch_end(epoch + 1):
-            self._save()
-        elif self._points is not None and self._points.at_epoch_end():
+        self._epoch_save_waits |= self.saves.checkpoints_at_epoch_end(epoch + 1)
+        step_save = self._points is not None and self._points.at_epoch_end()
+        if (self._epoch_save_waits and self.progress.in_consensus) or step_save:
             self._save()
 
 
