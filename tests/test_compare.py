@@ -10,6 +10,7 @@ import pytest
 from hvdtrain.benchmarks.compare import load_runs, markdown, setting_of, summarize
 from hvdtrain.benchmarks.diverged_runs import mark_diverged
 from hvdtrain.cli import main
+from hvdtrain.errors import DataError
 from hvdtrain.stats import mean_ci95
 
 
@@ -105,3 +106,62 @@ def test_bad_folders_and_references_are_one_line(tmp_path, capsys, argv, message
     assert main(argv) != 0
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def _two_sweeps(tmp_path):
+    """Two sweeps of one grid, as `hvdtrain sweep` leaves them: the same names in each."""
+    accuracies = {"sweep-int8": (0.880, 0.882, 0.878, 0.870, 0.872, 0.868),
+                  "sweep-int4": (0.880, 0.882, 0.878, 0.850, 0.852, 0.848)}
+    for sweep, values in accuracies.items():
+        runs = tmp_path / sweep / "runs"
+        runs.mkdir(parents=True)
+        names = [f"{setting}-s{seed}" for setting in ("w8-sync", "w8-n2-cold")
+                 for seed in (1, 2, 3)]
+        for name, accuracy in zip(names, values):
+            _folder(runs, name, accuracy)
+    return [str(tmp_path / "sweep-int8"), str(tmp_path / "sweep-int4")]
+
+
+def test_two_sweeps_of_one_grid_stay_apart_each_setting_named_with_its_folder(tmp_path):
+    rows = summarize(load_runs(_two_sweeps(tmp_path)), reference="sweep-int8/w8-sync")
+    assert [r["setting"] for r in rows] == ["sweep-int8/w8-n2-cold", "sweep-int4/w8-n2-cold",
+                                            "sweep-int8/w8-sync", "sweep-int4/w8-sync"]
+    int8, int4 = rows[0], rows[1]
+    assert (int8["runs"], int8["seeds"], int4["runs"], int4["seeds"]) == (3, "1 2 3", 3, "1 2 3")
+    assert int8["test_accuracy_mean"] == pytest.approx(87.0)
+    assert int4["test_accuracy_mean"] == pytest.approx(85.0)
+    # Paired with sweep-int8's sync runs, seed by seed: each folder's own cold runs.
+    assert int8["paired_diff_mean"] == pytest.approx(-1.0) and int8["paired_seeds"] == 3
+    assert int4["paired_diff_mean"] == pytest.approx(-3.0) and int4["paired_seeds"] == 3
+    assert "| sweep-int4/w8-n2-cold | 3 | 85.00 ± " in markdown(rows)
+
+
+def test_a_reference_both_folders_have_must_name_its_folder_one_that_only_one_has_need_not(
+        tmp_path, capsys):
+    sweeps = _two_sweeps(tmp_path)
+    assert main(["compare", *sweeps, "--reference", "w8-sync"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and (
+        "--reference w8-sync is a setting of 2 folders: name one, sweep-int8/w8-sync or "
+        "sweep-int4/w8-sync") in err
+    _folder(tmp_path / "sweep-int4" / "runs", "fp32-s1", 0.9)
+    rows = summarize(load_runs(sweeps), reference="fp32")
+    assert rows[-1]["setting"] == "sweep-int4/fp32" and rows[-1]["bytes_share"] == 1.0
+
+
+def test_runs_named_one_by_one_from_one_folder_keep_their_bare_settings(tmp_path):
+    for name, accuracy in (("local-s1", 0.86), ("local-s2", 0.88)):
+        _folder(tmp_path, name, accuracy)
+    paths = [str(tmp_path / "local-s1"), str(tmp_path / "local-s2"), str(tmp_path / "local-s1")]
+    (row,) = summarize(load_runs(paths))
+    assert (row["setting"], row["runs"], row["seeds"]) == ("local", 2, "1 2")
+
+
+def test_two_runs_of_one_seed_in_one_setting_are_refused_naming_both(tmp_path):
+    with pytest.raises(DataError) as err:
+        summarize([_run("a-s1", 0.8), _run("a-s2", 0.8), _run("a-s01", 0.9)])
+    assert str(err.value) == "setting a has two runs of seed 1: a-s1 and a-s01"
+    for name in ("a-s1", "a-s01"):
+        _folder(tmp_path, name, 0.8)
+    with pytest.raises(DataError, match=f"seed 1: {tmp_path}/a-s01 and {tmp_path}/a-s1$"):
+        summarize(load_runs([str(tmp_path)]))

@@ -1,14 +1,16 @@
 """`hvdtrain compare`: settings of finished runs side by side, each over its seeds.
 
 A setting is every run folder whose name differs only in a trailing `-s<seed>`, the
-names `hvdtrain sweep --seeds` gives. The table holds, per setting, the mean test
-accuracy with the half-width of its 95% interval (Student's t, `hvdtrain.stats`), the
-lowest run, and the bytes a worker sent and the wall time, each a mean over the runs;
-with `--reference`, bytes as a share of that setting's too, and the accuracy's
-difference from it paired by seed: the mean of each seed's difference with its 95%
-interval, and at how many of those seeds the setting ended higher. Runs of one seed
-share their data order and initial weights, so the paired interval is the narrower
-one for telling two settings apart. A run without a summary has
+names `hvdtrain sweep --seeds` gives. Runs from several folders (two sweeps of one grid)
+stay apart: each setting is named with the folder it came from, as in
+`sweep-int8/w8-sync`, and a setting's rows from the folders sit one under another. The
+table holds, per setting, the mean test accuracy with the half-width of its 95% interval
+(Student's t, `hvdtrain.stats`), the lowest run, and the bytes a worker sent and the
+wall time, each a mean over the runs; with `--reference`, bytes as a share of that
+setting's too, and the accuracy's difference from it paired by seed: the mean of each
+seed's difference with its 95% interval, and at how many of those seeds the setting
+ended higher. Runs of one seed share their data order and initial weights, so the paired
+interval is the narrower one for telling two settings apart. A run without a summary has
 no accuracy: it is counted, not averaged, so a setting that lost a seed shows it; as
 diverged when `hvdtrain sweep` recorded that the divergence guard stopped it
 (diverged.json), else as stopped (a crash, or a guard's stop outside a sweep).
@@ -42,17 +44,82 @@ def setting_of(name: str) -> tuple[str, int | None]:
 
 def summarize(runs: list[dict], reference: str | None = None) -> list[dict]:
     """One row per setting, in the order of its first run. `runs` holds each run's
-    `name`, its summary.json (None when the run stopped before writing one) and
-    whether a sweep recorded it as `diverged`."""
-    groups: dict[str, list[dict]] = {}
-    for run in runs:
-        groups.setdefault(setting_of(run["name"])[0], []).append(run)
+    `name`, its summary.json (None when the run stopped before writing one), whether a
+    sweep recorded it as `diverged`, and the `folder` it was found in. `reference` may
+    leave out the folder when only one folder has that setting."""
+    groups = _groups(runs)
     rows = [_row(setting, members) for setting, members in groups.items()]
     if reference is not None:
+        reference = _reference(reference, groups)
         _add_shares(rows, reference)
         for row in rows:
             row.update(paired(groups[row["setting"]], groups[reference]))
     return rows
+
+
+def _groups(runs: list[dict]) -> dict[str, list[dict]]:
+    """{setting: its runs}. Runs from several folders are grouped by folder and name, so
+    that two sweeps of one grid are not pooled as one sample (nor paired seed by seed
+    with whichever folder came last); the rows of one name are kept together."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        groups.setdefault((setting_of(run["name"])[0], _where(run)), []).append(run)
+    for (name, _), members in groups.items():
+        _check_one_run_a_seed(name, members)
+    first: dict[str, int] = {}
+    for index, (name, _) in enumerate(groups):
+        first.setdefault(name, index)
+    ordered = sorted(groups, key=lambda key: first[key[0]])  # stable: folders in order
+    labels = _folder_labels([folder for _, folder in groups])
+    return {_label(name, labels.get(folder)): groups[name, folder] for name, folder in ordered}
+
+
+def _check_one_run_a_seed(setting: str, members: list[dict]) -> None:
+    """Two runs of one seed in a setting would count as two seeds, and the paired column
+    would keep one of them: refuse, naming both."""
+    seen: dict[int, dict] = {}
+    for run in members:
+        seed = setting_of(run["name"])[1]
+        if seed is not None and seed in seen:
+            raise DataError(f"setting {setting} has two runs of seed {seed}: "
+                            f"{seen[seed].get('path', seen[seed]['name'])} and "
+                            f"{run.get('path', run['name'])}")
+        seen.setdefault(seed, run)
+
+
+def _where(run: dict) -> str:
+    return os.path.abspath(run.get("folder") or ".")
+
+
+def _label(name: str, folder_label: str | None) -> str:
+    return name if folder_label is None else f"{folder_label}/{name}"
+
+
+def _folder_labels(folders: list[str]) -> dict[str, str]:
+    """{folder: the shortest end of its path that tells it from the other folders}, or
+    {} when every run came from one folder (its settings keep their bare names)."""
+    folders = list(dict.fromkeys(folders))
+    if len(folders) < 2:
+        return {}
+    parts = {folder: folder.split(os.sep) for folder in folders}
+    for depth in range(1, max(len(p) for p in parts.values())):
+        tails = {folder: "/".join(p[-depth:]) for folder, p in parts.items()}
+        if len(set(tails.values())) == len(tails):
+            return tails
+    return {folder: folder for folder in folders}  # absolute paths differ
+
+
+def _reference(reference: str, groups: dict[str, list[dict]]) -> str:
+    """The setting --reference names: itself, or the one setting of that name in any
+    folder; a name that several folders have must say which."""
+    if reference in groups:
+        return reference
+    matches = [label for label, members in groups.items()
+               if setting_of(members[0]["name"])[0] == reference]
+    if len(matches) > 1:
+        raise ConfigError(f"--reference {reference} is a setting of {len(matches)} folders: "
+                          f"name one, {' or '.join(matches)}")
+    return matches[0] if matches else reference
 
 
 def paired(members: list[dict], reference: list[dict]) -> dict:
@@ -136,13 +203,15 @@ def _paired_cell(row: dict) -> str:
 
 def load_runs(paths: list[str]) -> list[dict]:
     """Each run folder named, or each run folder inside a folder named (a sweep's
-    runs/ too): its name and its summary (None if it has none)."""
+    runs/ too): its name, its summary (None if it has none) and the folder it was
+    found in (the folder named, or the run folder's parent)."""
     runs = []
-    for folder in _run_folders(paths):
+    for folder, found_in in _run_folders(paths):
         summary_path = os.path.join(folder, run_folder.SUMMARY)
         summary = read_json(summary_path) if os.path.isfile(summary_path) else None
         runs.append({"name": os.path.basename(os.path.normpath(folder)), "summary": summary,
-                     "diverged": read_marker(folder) is not None})
+                     "diverged": read_marker(folder) is not None, "folder": found_in,
+                     "path": folder})
     return runs
 
 
@@ -150,21 +219,27 @@ def _is_run(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, run_folder.CONFIG))
 
 
-def _run_folders(paths: list[str]) -> list[str]:
-    folders = []
+def _run_folders(paths: list[str]) -> list[tuple[str, str]]:
+    """(run folder, the folder it was found in) for each run named or held by a folder
+    named; a run named twice counts once."""
+    folders: dict[str, tuple[str, str]] = {}
     for path in paths:
         if not os.path.isdir(path):
             raise DataError(f"run folder not found: {path}")
-        if _is_run(path):
-            folders.append(path)
-            continue
-        inner = os.path.join(path, "runs")
-        parent = inner if os.path.isdir(inner) else path
-        folders += sorted(os.path.join(parent, name) for name in os.listdir(parent)
-                          if _is_run(os.path.join(parent, name)))
+        for folder, found_in in _runs_at(os.path.normpath(path)):
+            folders.setdefault(os.path.realpath(folder), (folder, found_in))
     if not folders:
         raise DataError(f"no run folders (with a config.yaml) in {', '.join(paths)}")
-    return folders
+    return list(folders.values())
+
+
+def _runs_at(path: str) -> list[tuple[str, str]]:
+    if _is_run(path):
+        return [(path, os.path.dirname(path) or ".")]
+    inner = os.path.join(path, "runs")
+    parent = inner if os.path.isdir(inner) else path
+    return [(os.path.join(parent, name), path) for name in sorted(os.listdir(parent))
+            if _is_run(os.path.join(parent, name))]
 
 
 def add_parser(commands) -> None:
@@ -177,7 +252,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--reference", default=None, metavar="SETTING",
                         help="a setting the others are compared with: their bytes a worker "
                              "sent as a share of its, and their accuracy less its, paired by "
-                             "seed (e.g. a sync run's) (default: neither column)")
+                             "seed (e.g. a sync run's); with several folders, FOLDER/SETTING "
+                             "as the table names it, or SETTING if one folder alone has it "
+                             "(default: neither column)")
     parser.add_argument("--csv", default=None, metavar="FILE.csv",
                         help="also write the table as CSV, bytes in bytes (default: none)")
     parser.set_defaults(handler=run)
