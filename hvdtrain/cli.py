@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(train)
     train.set_defaults(handler=_train)
 
+    _add_plan_parser(commands)
+
     data = commands.add_parser("data", help="dataset tools").add_subparsers(
         dest="data_command", metavar="TOOL", required=True)
     convert = data.add_parser(
@@ -103,6 +105,75 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(commands)
     _accept_verbose_after_the_command(commands)
     return parser
+
+
+PLAN_EPILOG = """\
+The plan is what the workers of such a job decide before their first step: which
+optimizer --optimizer auto takes and why, the peak learning rate and its cap, the
+period between rounds at this size, how a round travels, and the bytes a worker sends
+per step. Under horovodrun, hvdtrain train prints the same lines from rank 0 and
+writes them to plan.json in the run folder. Nothing is started here, and TensorFlow
+is not loaded.
+"""
+
+
+def _add_plan_parser(commands) -> None:
+    plan = commands.add_parser(
+        "plan", help="show what a training job will do, without starting it",
+        description="Print the settled plan of `hvdtrain train` with these options on a job "
+                    "of --workers workers (or --hosts x --slots).",
+        epilog=PLAN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    plan.add_argument("--workers", type=int, default=None,
+                      help="workers of the job (default: --hosts x --slots)")
+    plan.add_argument("--hosts", type=int, default=None,
+                      help="hosts the workers are on (default: 1); N/hosts periods count them")
+    plan.add_argument("--slots", type=int, default=None,
+                      help="workers per host; with --hosts, the job's workers")
+    plan.add_argument("--json", action="store_true", default=False,
+                      help="print the plan as one JSON object")
+    plan.add_argument("--config", metavar="FILE.yaml", default=None,
+                      help="YAML file of option values; options given here override it")
+    add_config_options(plan)
+    plan.set_defaults(handler=_plan)
+
+
+def _plan_job(args: argparse.Namespace):
+    """The job's shape from --workers, --hosts and --slots, checked."""
+    from hvdtrain.plan import Job
+
+    for flag, value in (("--workers", args.workers), ("--hosts", args.hosts),
+                        ("--slots", args.slots)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag} must be a positive number, got {value}")
+    hosts = args.hosts or 1
+    from_slots = hosts * args.slots if args.slots is not None else None
+    if args.workers is None and from_slots is None:
+        raise ConfigError("hvdtrain plan needs --workers N, or --hosts H and --slots S")
+    if args.workers is not None and from_slots is not None and args.workers != from_slots:
+        raise ConfigError(f"--workers {args.workers} but --hosts {hosts} x --slots "
+                          f"{args.slots} is {from_slots}")
+    workers = args.workers or from_slots
+    if hosts > workers:
+        raise ConfigError(f"--hosts {hosts} is more than the {workers} workers")
+    return Job(workers, hosts)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    from hvdtrain.plan import settle
+
+    job = _plan_job(args)
+    overrides = {name: getattr(args, name) for name in TrainConfig.field_names()
+                 if hasattr(args, name)}
+    plan = settle(load_config(args.config, overrides), job)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print("\n".join(f"hvdtrain plan: {line}" for line in plan.lines()))
+        for warning in plan.warnings:
+            print(f"hvdtrain plan: warning: {warning}")
+    return 0
 
 
 def _accept_verbose_after_the_command(commands) -> None:

@@ -20,58 +20,18 @@ even number of values); off by at most 1/14 of its chunk's largest, which error 
 carries to the next round.
 float16: no scales, each value rounded to float16.
 
-All functions are pure, on TensorFlow tensors (eager or traced); `padded_length` and
-`payload_bytes` need no TensorFlow.
+All functions are pure, on TensorFlow tensors (eager or traced); the byte counts
+(`padded_length`, `payload_bytes`) are `hvdtrain.rounds.payload`'s, which needs none.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-CHUNK = 1024        # at most this many int8 or int4 values share one scale
-# Codes run from -LEVELS to LEVELS: symmetric, so 0 stays exactly 0.
-LEVELS = {"int8": 127, "int4": 7}
-INT8_LEVELS = LEVELS["int8"]
-SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
-CODED = tuple(LEVELS)  # the encodings with codes and scales
-COMPRESSED = ("fp16", *CODED)
-# Bytes a value takes in a round of each --round-compression (the scales aside).
-VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1, "int4": 0.5}
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def chunk_length(values: int, workers: int, compression: str = "int8") -> int:
-    """Values per chunk in a coded round of `values` at `workers`: a shard's share of them
-    cut into the fewest chunks of at most `CHUNK`, all of one length (even for int4, whose
-    bytes hold two codes)."""
-    shard = max(1, _ceil_div(values, workers))
-    chunk = _ceil_div(shard, _ceil_div(shard, CHUNK))
-    return chunk + chunk % 2 if compression == "int4" else chunk
-
-
-def padded_length(values: int, workers: int, compression: str) -> int:
-    """Length of the vector a round encodes: `values` padded with zeros to whole shards,
-    one per worker, each of whole chunks of `chunk_length` when coded."""
-    shard = max(1, _ceil_div(values, workers))
-    if compression in CODED:
-        chunk = chunk_length(values, workers, compression)
-        shard = _ceil_div(shard, chunk) * chunk
-    return workers * shard
-
-
-def payload_bytes(values: int, workers: int, compression: str) -> int:
-    """Bytes one worker hands to a compressed round of `values` float values: its encoded
-    vector (codes plus scales, or float16). The alltoall sends (W - 1) / W of it and
-    the allgather as much again, 2 (W - 1) / W of it in all: the factor by which a ring
-    allreduce's wire bytes exceed its payload, so this counts like an allreduce payload."""
-    length = padded_length(values, workers, compression)
-    if compression in CODED:
-        chunks = length // chunk_length(values, workers, compression)
-        return int(length * VALUE_BYTES[compression]) + SCALE_BYTES * chunks
-    return VALUE_BYTES[compression] * length
+# The byte arithmetic lives with the rounds, free of TensorFlow; re-exported here.
+from hvdtrain.rounds.payload import (CHUNK, CODED, COMPRESSED, INT8_LEVELS,  # noqa: F401
+                                     LEVELS, SCALE_BYTES, VALUE_BYTES, chunk_length,
+                                     padded_length, payload_bytes)
 
 
 def quantize_chunks(values: tf.Tensor, chunk: int = CHUNK,

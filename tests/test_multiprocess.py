@@ -128,8 +128,8 @@ def test_only_rank_0_writes_the_run_folder_and_progress(trained):
     root, results, output = trained
     run = root / "run-sync"
     assert sorted(os.listdir(run)) == ["checkpoints", "config.yaml", "metrics.jsonl",
-                                       "model.weights.h5", "steps.jsonl", "summary.json",
-                                       "tensorboard"]
+                                       "model.weights.h5", "plan.json", "steps.jsonl",
+                                       "summary.json", "tensorboard"]
     # One writer: one line per epoch, one event file, no temporary files left behind.
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2] and [r["step"] for r in records] == [8, 16]
@@ -141,6 +141,15 @@ def test_only_rank_0_writes_the_run_folder_and_progress(trained):
     assert not glob.glob(str(run / "**" / ".tmp-*"), recursive=True)
     assert yaml.safe_load((run / "config.yaml").read_text())["out"] == str(run)
     assert "[0]<stdout>:Epoch 1/2" in output.stdout and "[1]<stdout>:Epoch" not in output.stdout
+    # The plan the run trained by is the one `hvdtrain plan` gives for its options.
+    from hvdtrain.config import load_saved_config
+    from hvdtrain.plan import Job, settle
+
+    saved = json.loads((run / "plan.json").read_text())
+    expected = settle(load_saved_config(str(run / "config.yaml")), Job(2, 1)).to_dict()
+    assert {k: v for k, v in saved.items() if k != "optimizer_reason"} == \
+        {k: v for k, v in expected.items() if k != "optimizer_reason"}
+    assert "[0]<stdout>:hvdtrain: plan: sync mode, 2 workers" in output.stdout
 
 
 @pytest.mark.parametrize("name", ["sync", "plain_local3"])

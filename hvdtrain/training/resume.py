@@ -16,6 +16,7 @@ from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, declared_default, i
                              load_saved_config, option_flag)
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import settled
+from hvdtrain.plan import Job  # the job that resumes: what its periods resolve for
 from hvdtrain.periods import resolve_period
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
@@ -46,13 +47,6 @@ def on_chief(compute: Callable[[], Any], name: str) -> Any:
     if problem:
         raise ConfigError(problem)
     return value
-
-
-@dataclass(frozen=True)
-class Job:
-    """The job that resumes: what a period given per worker or per host resolves for."""
-    workers: int
-    hosts: int
 
 
 def plan_resume(cfg: TrainConfig, job: Job) -> ResumePlan:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import time
+from functools import partial
 from typing import Any, Callable, Iterator
 
 import yaml
@@ -18,6 +19,7 @@ from hvdtrain.errors import RunFolderError
 from hvdtrain.files import atomic_write
 
 CONFIG = "config.yaml"
+PLAN = "plan.json"      # the run's settled plan (hvdtrain.plan), rewritten at each start
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 STEPS = "steps.jsonl"
@@ -103,13 +105,23 @@ def _truncate(path: str, examples: int) -> None:
         _write_lines(path, keep)
 
 
-def start(run_dir: str, write_config: Callable[[str], None], examples: int) -> None:
-    """Make the run folder, write its config and cut its logs back to `examples` (a resumed
-    run's checkpoint); raises RunFolderError naming the path if the folder cannot take it."""
+def start(run_dir: str, write_config: Callable[[str], None], examples: int,
+          plan: dict[str, Any] | None = None) -> None:
+    """Make the run folder, write its config (and the run's settled `plan`, beside it) and
+    cut its logs back to `examples` (a resumed run's checkpoint); raises RunFolderError
+    naming the path if the folder cannot take it."""
     with naming_write_errors(run_dir):
         os.makedirs(run_dir, exist_ok=True)
         atomic_write(os.path.join(run_dir, CONFIG), write_config)
+        if plan is not None:
+            atomic_write(os.path.join(run_dir, PLAN), partial(_write_json, plan))
         truncate_logs(run_dir, examples)
+
+
+def _write_json(value: Any, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(value, fh, indent=2)
+        fh.write("\n")
 
 
 @contextlib.contextmanager

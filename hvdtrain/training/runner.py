@@ -24,6 +24,7 @@ from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.errors import ConfigError, PeerLostError
 from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
 from hvdtrain.optimizer_choice import AUTO, settled, took_lamb_notice
+from hvdtrain.plan import RunPlan, settle
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
 from hvdtrain.save_plan import SavePlan
@@ -35,7 +36,7 @@ from hvdtrain.training.resume import (Job, ResumePlan, kept_notice, load_initial
                                       on_chief, plan_resume, restore_on_chief)
 from hvdtrain.training.start import StartedWorker, start_worker
 from hvdtrain.training.summary import run_summary
-from hvdtrain.training.world import (World, costly_period_warning, current_world,
+from hvdtrain.training.world import (World, current_world,
                                      epoch_examples_for)
 
 
@@ -75,16 +76,17 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     cfg = cfg.resolved()
     started = start_worker(cfg)  # `hvdtrain train` started it already, before TensorFlow
     if cfg.elastic:  # a worker that joins later must take what the others took, on its own
-        cfg = _settle_optimizer(cfg, None)
+        cfg = settled(cfg, comm.size())
     cfg, plan, start = _run_folder_and_plan(cfg, time.time())
     if plan.saved is not None:  # the run's clock goes on: its time to a target counts it
         start -= plan.saved.train_seconds
-    cfg = _settle_optimizer(_keep_saved(cfg, plan), plan.optimizer)
+    run_plan = _settled_plan(cfg, plan)
+    cfg = run_plan.config
     data = _training_data(cfg)
     # Checkpoints, logs and the final weights are written as training goes: a full disk
     # or a folder removed meanwhile is named in one line too.
     with run_folder.naming_write_errors(cfg.out):
-        run = _prepare(cfg, data, plan, started, start, extra_callbacks)
+        run = _prepare(cfg, data, plan, started, start, extra_callbacks, run_plan)
         with naming_bad_input(data, comm.rank(), comm.size()):
             if cfg.elastic:
                 _fit_elastically(run, verbose)
@@ -142,23 +144,20 @@ def _run_folder_and_plan(cfg: TrainConfig,
     return cfg, on_chief(lambda: plan_resume(cfg, _job()), name="resume_plan"), start
 
 
-def _keep_saved(cfg: TrainConfig, plan: ResumePlan) -> TrainConfig:
-    """`cfg` with the saved options a resumed run keeps over this command's defaults."""
-    if not plan.kept:
-        return cfg
+def _settled_plan(cfg: TrainConfig, resumed: ResumePlan) -> RunPlan:
+    """The run's plan (`hvdtrain.plan`) for the workers running now: `--optimizer auto`'s
+    choice, or the saved run's, and the saved options it keeps over this command's
+    defaults. Rank 0 says what it kept, what auto took, and the plan's lines."""
+    run_plan = settle(cfg, _job(), resumed.optimizer, resumed.kept)
     if comm.is_chief():
-        print(kept_notice(cfg, plan.kept, plan.optimizer), flush=True)
-    return replace(cfg, **plan.kept)
-
-
-def _settle_optimizer(cfg: TrainConfig, resumed: str | None) -> TrainConfig:
-    """`cfg` with `--optimizer auto` made concrete (`hvdtrain.optimizer_choice`); rank 0
-    says so when a new run takes LAMB."""
-    chosen = settled(cfg, comm.size(), resumed)
-    if cfg.optimizer == AUTO and chosen.optimizer == "lamb" and resumed is None \
-            and comm.is_chief():
-        print(took_lamb_notice(chosen.mode, chosen.batch_size * comm.size()), flush=True)
-    return chosen
+        if resumed.kept:
+            print(kept_notice(cfg, resumed.kept, resumed.optimizer), flush=True)
+        if cfg.optimizer == AUTO and run_plan.config.optimizer == "lamb" \
+                and resumed.optimizer is None:
+            print(took_lamb_notice(cfg.mode, run_plan.global_batch), flush=True)
+        for line in run_plan.lines():
+            print(f"hvdtrain: plan: {line}", flush=True)
+    return run_plan
 
 
 def _job() -> Job:
@@ -189,7 +188,7 @@ def _num_train(cfg: TrainConfig, data: DataSource) -> int | None:
 
 
 def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: StartedWorker,
-             start: float, extra_callbacks) -> Run:
+             start: float, extra_callbacks, run_plan: RunPlan) -> Run:
     """Build the model and callbacks, and restore or initialise the state."""
     if plan.saved is not None:
         progress = TrainingProgress(**plan.saved.progress.saved())
@@ -216,10 +215,10 @@ def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: Star
     elif cfg.init_weights:
         on_chief(lambda: load_initial_weights(model, cfg.init_weights), name="init_weights")
     if comm.is_chief():
-        warning = costly_period_warning(cfg, world.workers, comm.host_group().hosts)
-        if warning:
-            print(warning, flush=True)
-    start_folder = partial(run_folder.start, cfg.out, cfg.save_yaml, progress.examples)
+        for warning in run_plan.warnings:
+            print(f"hvdtrain: warning: {warning}", flush=True)
+    start_folder = partial(run_folder.start, cfg.out, cfg.save_yaml, progress.examples,
+                           run_plan.to_dict())
     if not cfg.elastic:  # every worker stops, in one line, if the folder cannot be made
         on_chief(start_folder, name="run_folder")
     elif comm.is_chief():  # no collective call before the elastic loop (see above)

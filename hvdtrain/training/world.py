@@ -9,18 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvdtrain import comm
-from hvdtrain.config import LOCAL_MODES, TrainConfig, rounds_compression
+from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import settled
-from hvdtrain.periods import job_size, resolve_period
+from hvdtrain.plan import Job, settle
 from hvdtrain.progress import TrainingProgress, epoch_length
-from hvdtrain.quantize import VALUE_BYTES
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
-
-
-# The optimizers that keep a running square of the gradient beside its momentum.
-WITH_RUNNING_SQUARES = ("adam", "lamb")
 
 
 @dataclass(frozen=True)
@@ -47,33 +42,10 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
 
 
 def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | None:
-    """A line for rank 0 when local rounds would move at least as many bytes as sync mode:
-    a round carries the weights and any averaged optimizer slots, sync mode the gradients
-    every step, so a float32 period no longer than 1 + slots saves nothing (int8 rounds
-    cost a quarter of that, but running squares travel in float32). Local mode's default,
-    int8 every 2 steps, moves an eighth; async mode's (10/workers) reaches 1 step at 10
-    workers. Hierarchical local SGD's replicas are the hosts: its rounds cross hosts, as
-    sync's gradients would."""
-    replicas = hosts if cfg.hierarchical_sgd else workers
-    if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None or replicas < 2:
-        return None
-    cfg = settled(cfg.resolved(), workers)  # auto's choice sets local mode's period
-    period = resolve_period(cfg.n_sync, workers, hosts)
-    moments = squares = 0
-    if cfg.average_optimizer_state:
-        squares = int(cfg.optimizer in WITH_RUNNING_SQUARES)
-        moments = 1 if squares else int(cfg.momentum > 0)
-    compression = rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
-    # Running squares travel in float32 in any round (ModelStateAverager.exact); all against
-    # a sync step's gradients, which --fp16-allreduce sends as float16 too.
-    round_bytes = (1 + moments) * VALUE_BYTES[compression] + squares * VALUE_BYTES["none"]
-    round_cost = round_bytes / VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"]
-    if not isinstance(period, int) or period > round_cost:
-        return None
-    return (f"hvdtrain: warning: --n-sync {cfg.n_sync} is {period} step(s) at "
-            f"{job_size(workers, hosts)}, and each round moves {round_cost:g}x a sync step's "
-            f"bytes: as many as --mode sync, which would keep the workers identical; use it, "
-            f"or a longer period")
+    """Rank 0's line when local rounds would move at least as many bytes as sync mode
+    (the plan's rule, `hvdtrain.plan`)."""
+    warnings = settle(cfg.resolved(), Job(workers, hosts)).warnings
+    return f"hvdtrain: warning: {warnings[0]}" if warnings else None
 
 
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:

@@ -1,0 +1,222 @@
+"""A run's settled plan: what a job will do, decided once, before any worker starts.
+
+`settle(cfg, job)` takes the options (a validated `TrainConfig`), the job's shape
+(workers, hosts) and, for a resumed run, what its saved run keeps, and returns a frozen
+`RunPlan`: the optimizer and why, the peak learning rate, its cap and warmup, the period
+for this job, the form of the rounds, the bytes a worker sends per step, the defaults
+that came from the saved run, and the warnings. The runner trains by it and writes it
+beside `config.yaml`; `hvdtrain plan` prints it without starting anything.
+
+Pure Python: no TensorFlow, no Horovod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from hvdtrain.config import TrainConfig, rounds_compression
+from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
+from hvdtrain.periods import LOCAL_MODES, AutoPeriod, QuadraticPeriod, job_size, resolve_period
+from hvdtrain.rounds.payload import VALUE_BYTES, payload_bytes
+from hvdtrain.schedules import lr_scaling_workers, scaled_lr
+
+# A model's size stands in as this many values where the byte shares are worked out: the
+# shares hardly depend on it (scales and padding are under 1% from a few thousand values).
+NOMINAL_VALUES = 1_000_000
+# Optimizers that keep a running square beside the momentum (it travels in float32).
+WITH_RUNNING_SQUARES = ("adam", "lamb")
+
+
+@dataclass(frozen=True)
+class Job:
+    """The shape of the job a plan is for: its workers, on how many hosts."""
+    workers: int
+    hosts: int = 1
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: TrainConfig            # the options as the run trains by them
+    job: Job
+    optimizer_reason: str
+    peak_lr: float
+    initial_lr: float
+    lr_workers: int                # the workers the scaling rule counts
+    period: int | str | None       # steps for this job, the adaptive rule, or None
+    round_form: str                # how a round travels, in words ("" in sync mode)
+    send_share: float | None       # bytes a worker sends a step, as a share of sync's
+    kept: Mapping[str, Any] = field(default_factory=dict)  # from the saved run
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def global_batch(self) -> int:
+        return self.config.batch_size * self.job.workers
+
+    def lines(self) -> list[str]:
+        """The plan in a few readable lines (what `hvdtrain plan` and rank 0 print)."""
+        cfg = self.config
+        lines = [f"{cfg.mode} mode, {job_size(self.job.workers, self.job.hosts)}, "
+                 f"global batch {self.global_batch} ({self.job.workers} x {cfg.batch_size})",
+                 f"optimizer {cfg.optimizer}: {self.optimizer_reason}",
+                 f"learning rate: peak {self.peak_lr:.4g} ({cfg.lr_scaling} rule on "
+                 f"{self.lr_workers} workers' batch, base {cfg.base_lr:g}, "
+                 f"{_cap_words(cfg.max_lr)}), warmup {cfg.warmup_epochs:g} epochs from "
+                 f"{self.initial_lr:.4g}, then {cfg.lr_decay}"]
+        if cfg.mode in LOCAL_MODES:
+            lines.append(f"rounds: {self.round_form}")
+        if self.send_share is not None:
+            across = " across hosts" if cfg.hierarchical_sgd else ""
+            lines.append(f"bytes a worker sends{across} per step: {self.send_share:.3g} of "
+                         f"sync mode's")
+        if self.kept:
+            kept = ", ".join(f"{name}={value!r}" for name, value in self.kept.items())
+            lines.append(f"kept from the saved run: {kept}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON values (`plan.json` in the run folder, `hvdtrain plan --json`)."""
+        return {"mode": self.config.mode, "workers": self.job.workers, "hosts": self.job.hosts,
+                "global_batch": self.global_batch, "optimizer": self.config.optimizer,
+                "optimizer_reason": self.optimizer_reason, "peak_lr": self.peak_lr,
+                "initial_lr": self.initial_lr, "max_lr": self.config.max_lr,
+                "lr_scaling": self.config.lr_scaling, "lr_workers": self.lr_workers,
+                "warmup_epochs": self.config.warmup_epochs, "period": self.period,
+                "round_compression": _compression(self.config),
+                "round_fragments": self.config.round_fragments,
+                "rescale_rounds": bool(self.config.rescale_rounds),
+                "round_form": self.round_form, "send_share": self.send_share,
+                "kept": dict(self.kept), "warnings": list(self.warnings)}
+
+
+def settle(cfg: TrainConfig, job: Job, resumed_optimizer: str | None = None,
+           kept: Mapping[str, Any] | None = None) -> RunPlan:
+    """The plan of `cfg` for `job`; a resumed run passes the optimizer its saved run took
+    (`--optimizer auto` keeps it) and the saved options it keeps over this command's
+    defaults."""
+    cfg = dataclasses.replace(cfg, **dict(kept or {})).resolved()
+    optimizer, reason = _optimizer(cfg, job, resumed_optimizer)
+    cfg = dataclasses.replace(cfg, optimizer=optimizer).resolved()
+    lr_workers = lr_scaling_workers(job.workers, cfg.mode in LOCAL_MODES,
+                                    cfg.local_lr_workers or 0,
+                                    job.workers // job.hosts if cfg.hierarchical_sgd else 0)
+    period = _period(cfg, job)
+    return RunPlan(
+        config=cfg, job=job, optimizer_reason=reason,
+        peak_lr=scaled_lr(cfg.base_lr, cfg.batch_size * lr_workers, cfg.lr_scaling, cfg.max_lr),
+        initial_lr=scaled_lr(cfg.base_lr, cfg.batch_size, cfg.lr_scaling, cfg.max_lr),
+        lr_workers=lr_workers, period=period, round_form=_round_form(cfg, period),
+        send_share=_send_share(cfg, job, period), kept=dict(kept or {}),
+        warnings=tuple(w for w in (_costly_period(cfg, job, period),) if w))
+
+
+def _optimizer(cfg: TrainConfig, job: Job, resumed: str | None) -> tuple[str, str]:
+    """The optimizer the run takes, and why, in words."""
+    if cfg.optimizer != AUTO:
+        return cfg.optimizer, "given"
+    if resumed is not None:
+        return resumed, "--optimizer auto keeps what the saved run took"
+    batch = cfg.batch_size * job.workers
+    chosen = auto_optimizer(cfg.mode, batch, cfg.elastic, cfg.nesterov, cfg.hierarchical_sgd)
+    if chosen == "lamb":
+        return chosen, (f"--optimizer auto takes LAMB from a global batch of "
+                        f"{LAMB_FROM_GLOBAL_BATCH} in {cfg.mode} mode (this job's: {batch})")
+    why = _why_sgd(cfg, batch)
+    return chosen, f"--optimizer auto takes SGD {why}"
+
+
+def _why_sgd(cfg: TrainConfig, batch: int) -> str:
+    if cfg.elastic:
+        return "in an elastic job, whose global batch changes"
+    if cfg.nesterov:
+        return "with --nesterov"
+    if cfg.mode == "async":
+        return "in async mode (LAMB is not measured there)"
+    if cfg.hierarchical_sgd:
+        return "in hierarchical local SGD (LAMB is not measured there)"
+    return f"below a global batch of {LAMB_FROM_GLOBAL_BATCH} (this job's: {batch})"
+
+
+def _period(cfg: TrainConfig, job: Job) -> int | str | None:
+    """Steps between rounds for this job, the adaptive rule as given, or None."""
+    if cfg.mode not in LOCAL_MODES or cfg.sync_seconds is not None:
+        return None
+    period = resolve_period(cfg.n_sync, job.workers, job.hosts)
+    return period if isinstance(period, int) else str(cfg.n_sync)
+
+
+def _compression(cfg: TrainConfig) -> str:
+    if cfg.mode not in LOCAL_MODES:
+        return "none"
+    return rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
+
+
+def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
+    """How a round is held and what it moves, in words."""
+    if cfg.mode not in LOCAL_MODES:
+        return ""
+    when = (f"every {cfg.sync_seconds:g} s" if cfg.sync_seconds is not None
+            else "every step" if period == 1
+            else f"every {period} steps" if isinstance(period, int)
+            else f"by the rule {period}")
+    if cfg.hierarchical_sgd:
+        when += " across hosts (gradients averaged every step inside each host)"
+    if cfg.mode == "async":
+        when += ", each behind the next steps"
+    what = ["weights"] + (["BatchNorm statistics"] if cfg.average_bn_stats else []) + \
+        (["optimizer state"] if cfg.average_optimizer_state else [])
+    form = [f"{_compression(cfg)} values"]
+    if cfg.round_fragments > 1:
+        form.append(f"one of {cfg.round_fragments} fragments a round")
+    if cfg.rescale_rounds:
+        form.append("rescaled to the workers' step lengths")
+    if cfg.outer_optimizer != "none":
+        form.append(f"{cfg.outer_optimizer} outer step")
+    momentum = "averaged" if cfg.average_optimizer_state else "kept on each worker"
+    return (f"{when}; averaging {', '.join(what)} ({', '.join(form)}); optimizer state "
+            f"{momentum}")
+
+
+def _send_share(cfg: TrainConfig, job: Job, period: int | str | None) -> float | None:
+    """Bytes a worker hands to the network per step (across hosts, for the hierarchy), as
+    a share of a sync step's float32 gradients; None where the period is not fixed."""
+    replicas = job.hosts if cfg.hierarchical_sgd else job.workers
+    if cfg.mode not in LOCAL_MODES:
+        return VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"] / VALUE_BYTES["none"]
+    if not isinstance(period, int) or replicas < 2:
+        return None if replicas >= 2 else 0.0
+    # A host's workers split its round across hosts in shards (`keras.host_shards`).
+    shards = job.workers // job.hosts if cfg.hierarchical_sgd else 1
+    return _round_share(cfg, replicas) / period / cfg.round_fragments / shards
+
+
+def _round_share(cfg: TrainConfig, replicas: int) -> float:
+    """A whole round's bytes, as a share of one copy of the weights in float32."""
+    values = NOMINAL_VALUES
+    coded = payload_bytes(values, replicas, _compression(cfg))
+    moments = squares = 0
+    if cfg.average_optimizer_state:
+        squares = int(cfg.optimizer in WITH_RUNNING_SQUARES)
+        moments = 1 if squares else int(cfg.momentum > 0)
+    # Running squares travel in float32 in any round (`ModelStateAverager.exact`).
+    total = (1 + moments) * coded + squares * VALUE_BYTES["none"] * values
+    return total / (VALUE_BYTES["none"] * values)
+
+
+def _costly_period(cfg: TrainConfig, job: Job, period: int | str | None) -> str | None:
+    """Local rounds that move at least as many bytes as sync mode would save nothing."""
+    replicas = job.hosts if cfg.hierarchical_sgd else job.workers
+    if cfg.mode not in LOCAL_MODES or not isinstance(period, int) or replicas < 2:
+        return None
+    sync_step = VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"] / VALUE_BYTES["none"]
+    round_cost = _round_share(cfg, replicas) / sync_step
+    if period > round_cost:
+        return None
+    return (f"--n-sync {cfg.n_sync} is {period} step(s) at {job_size(job.workers, job.hosts)}, "
+            f"and each round moves {round_cost:.3g}x a sync step's bytes: as many as --mode "
+            f"sync, which would keep the workers identical; use it, or a longer period")
+
+
+def _cap_words(max_lr: float) -> str:
+    return f"capped at {max_lr:g}" if max_lr else "no cap"

@@ -1,0 +1,98 @@
+"""A run's settled plan (hvdtrain.plan) and `hvdtrain plan`: what a job will do, decided
+once from the options and the job's shape, before any worker starts."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hvdtrain.cli import main
+from hvdtrain.config import load_config
+from hvdtrain.plan import Job, settle
+
+
+def plan_of(workers, hosts=1, **options):
+    return settle(load_config(None, options), Job(workers, hosts))
+
+
+def test_auto_takes_lamb_from_a_global_batch_of_1024_and_says_why():
+    plan = plan_of(16, batch_size=64)
+    assert plan.config.optimizer == "lamb" and plan.global_batch == 1024
+    assert "from a global batch of 1024" in plan.optimizer_reason
+    assert (plan.peak_lr, plan.config.max_lr) == (0.03, 0.03)
+    sgd = plan_of(8, batch_size=64)
+    assert sgd.config.optimizer == "sgd" and "below a global batch of 1024" in \
+        sgd.optimizer_reason
+    assert sgd.peak_lr == 0.1  # linear 0.2, capped
+
+
+@pytest.mark.parametrize("workers, period, compression, rescaled", [
+    (8, 2, "int8", False),    # SGD: int8 every 2 steps
+    (16, 1, "int4", True),    # LAMB: rescaled int4 rounds every step
+])
+def test_local_modes_round_form_follows_the_optimizer_auto_takes(workers, period, compression,
+                                                                 rescaled):
+    plan = plan_of(workers, mode="local", batch_size=64)
+    assert plan.period == period
+    assert plan.to_dict()["round_compression"] == compression
+    assert plan.config.rescale_rounds is rescaled
+    # A round of int8 or int4 codes with their scales, every `period` steps.
+    share = {"int8": 1.0, "int4": 0.5}[compression] / 4 / period
+    assert plan.send_share == pytest.approx(share, rel=0.02)
+
+
+def test_a_resumed_run_keeps_its_optimizer_and_the_options_it_saved():
+    plan = settle(load_config(None, {"mode": "local"}), Job(32, 1), resumed_optimizer="sgd",
+                  kept={"n_sync": 5})
+    assert (plan.config.optimizer, plan.period) == ("sgd", 5)
+    assert "keeps what the saved run took" in plan.optimizer_reason
+    assert "kept from the saved run: n_sync=5" in plan.lines()
+
+
+def test_the_hierarchy_sends_a_host_shard_of_flat_rounds_across_hosts():
+    flat = plan_of(8, mode="local")
+    hierarchy = plan_of(8, hosts=4, mode="local", hierarchical_sgd=True)
+    assert hierarchy.send_share == pytest.approx(flat.send_share / 2, rel=0.02)
+
+
+def test_a_period_as_costly_as_sync_is_a_warning_of_the_plan():
+    plan = plan_of(4, mode="local", n_sync=1, round_compression="none")
+    assert plan.warnings and "as many as --mode sync" in plan.warnings[0]
+    assert plan_of(4, mode="local").warnings == ()
+
+
+def test_hvdtrain_plan_prints_the_plan_and_its_json(capsys):
+    assert main(["plan", "--workers", "16", "--batch-size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("hvdtrain plan: sync mode, 16 workers, global batch 1024 (16 x 64)")
+    assert "hvdtrain plan: optimizer lamb: --optimizer auto takes LAMB" in out
+    assert main(["plan", "--hosts", "4", "--slots", "2", "--mode", "local", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["workers"], plan["hosts"], plan["optimizer"], plan["period"]) == \
+        (8, 4, "sgd", 2)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "hvdtrain plan needs --workers N, or --hosts H and --slots S"),
+    (["--workers", "0"], "--workers must be a positive number, got 0"),
+    (["--workers", "6", "--hosts", "2", "--slots", "2"],
+     "--workers 6 but --hosts 2 x --slots 2 is 4"),
+    (["--workers", "2", "--hosts", "3"], "--hosts 3 is more than the 2 workers"),
+    (["--workers", "2", "--mode", "nosuch"], "--mode"),
+])
+def test_a_bad_plan_request_is_one_line(argv, message, capsys):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_hvdtrain_plan_starts_nothing_and_loads_no_tensorflow():
+    code = ("import sys\n"
+            "from hvdtrain.cli import main\n"
+            "assert main(['plan', '--workers', '8']) == 0\n"
+            "assert 'tensorflow' not in sys.modules and 'horovod' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "optimizer sgd" in result.stdout
