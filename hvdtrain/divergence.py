@@ -13,21 +13,28 @@ After warmup the run stops when the mean of the last window is more than FACTOR 
 the reference: a model far worse than guessing (3.45 for 10 classes), which a run that
 still learns does not reach. 2 would let a blow-up that settles between 3.5 and 4.6 go
 on, so 1.5. It also stops when a window rose that high earlier, during warmup, and the
-loss has not come back below RECOVERED times ln(classes) since: a network that blew up
-dies to constant outputs, whose loss is ln(classes) and whose accuracy is chance, the
-"silent 10%" of those runs (LeNet on the tests' small dataset at rate 2, batch 8: 69.7 at
-step 23, then 2.2 to 2.5 for good). 0.9 leaves room for the noise of such a window's
-mean; a run that recovered learns on, well below it. During warmup only a non-finite
-loss, or one EXPLODED times the reference, stops the run: the rate is still rising, and a
-rise may recover (LeNet's 6.4 at a global batch of 1024 did, at peak 0.1), but not from a
+loss has not come back below `left_guessing(classes)` since: a network that blew up dies
+to constant outputs, whose loss is ln(classes) and whose accuracy is chance, the "silent
+10%" of those runs (LeNet on the tests' small dataset at rate 2, batch 8: 69.7 at step
+23, then 2.2 to 2.5 for good). That bar is ln(classes) less a margin for the noise of
+such a window's mean: MARGIN_SHARE of ln(classes), 0.23 at 10 classes, or, if smaller,
+MARGIN_PER_CLASS for each class beyond the first, 0.026 at 2 classes (a bar of 0.67).
+The noise does not scale with ln(classes): a network of constant outputs scores on n
+examples at least the entropy of their labels, which falls short of ln(classes) by about
+(classes - 1) / 2n, so a dead binary network needs little room, while a bar a tenth of
+ln 2 below guessing, 0.62, would stop as dead a binary run still learning slowly at 0.64
+(a calibrated 65% right). From 10 classes up the margin is a tenth of ln(classes); a run
+that recovered learns on, well below the bar. During warmup only a non-finite loss, or
+one EXPLODED times the reference, stops the run: the rate is still rising, and a rise
+may recover (LeNet's 6.4 at a global batch of 1024 did, at peak 0.1), but not from a
 mean of 23 for 10 classes, where the true class's probability is e^-23 on average: a
-2-worker run at --base-lr 50 trained a whole epoch of warmup at a loss of 1e18 before the
-rule after warmup stopped it.
+2-worker run at --base-lr 50 trained a whole epoch of warmup at a loss of 1e18 before
+the rule after warmup stopped it.
 
 A run can also die without ever rising: LAMB at a peak of 0.1 (16 x 64, LeNet) sat at
 ln(10) from its first epoch and ended at 10%, never above where it started. So once
 STALL_EPOCHS of training have passed after warmup, and at least STALL_STEPS steps, a run
-whose window means have never come below RECOVERED times ln(classes) stops too. Not
+whose window means have never come below `left_guessing(classes)` stops too. Not
 sooner: a healthy run at a small rate takes a while to leave guessing (LeNet at a peak
 of 0.003 on the tests' small dataset was still at 2.26 after 20 steps); the LAMB run
 above was judged at step 100 of 117. A dataset without signal (random labels) cannot
@@ -44,7 +51,9 @@ from hvdtrain.schedules import DEFAULT_MAX_LR
 
 WINDOW = 20
 FACTOR = 1.5
-RECOVERED = 0.9
+# left_guessing: ln(classes) less the smaller of these margins (the module's docstring).
+MARGIN_SHARE = 0.1
+MARGIN_PER_CLASS = MARGIN_SHARE * math.log(10) / 9  # 0.0256 nats: the two meet at 10 classes
 EXPLODED = 10.0
 STALL_EPOCHS = 0.5
 STALL_STEPS = 100
@@ -65,6 +74,14 @@ def reference_loss(first_loss: float, classes: int) -> float:
     return max(first_loss, math.log(classes)) if classes > 1 else first_loss
 
 
+def left_guessing(classes: int) -> float:
+    """The loss a window must come below to show the network predicts better than
+    chance: ln(classes) less a margin for a dead network's noise (2.07 at 10 classes,
+    0.668 at 2)."""
+    guessing = math.log(classes)
+    return guessing - min(MARGIN_SHARE * guessing, MARGIN_PER_CLASS * (classes - 1))
+
+
 def reason_to_stop(window_mean: float, history: LossHistory, classes: int,
                    after_warmup: bool, steps: int = WINDOW,
                    stall_judged: bool = False) -> str | None:
@@ -82,17 +99,17 @@ def reason_to_stop(window_mean: float, history: LossHistory, classes: int,
     if not after_warmup:
         return None
     # A network that died predicts by its biases: the loss of guessing.
-    guessing = math.log(classes) if classes > 1 else reference
-    if history.highest > FACTOR * reference and window_mean > RECOVERED * guessing:
+    bar = left_guessing(classes) if classes > 1 else (1 - MARGIN_SHARE) * reference
+    if history.highest > FACTOR * reference and window_mean > bar:
         return (f"the training loss rose to {history.highest:.3g} (a mean over {WINDOW} "
                 f"steps), above {FACTOR:g} times where training started, {reference:.3g}, "
                 f"and has not come back down: {window_mean:.3g} over the last {steps} steps")
-    if stall_judged and classes > 1 and history.lowest > RECOVERED * guessing:
-        return (f"the training loss has never come below {RECOVERED:g} x ln({classes}) = "
-                f"{RECOVERED * guessing:.3g} (guessing scores {guessing:.3g}): its lowest "
-                f"mean over {WINDOW} steps is {history.lowest:.3g}, so the network predicts "
-                f"no better than chance (a rate far too high kills it, one far too low "
-                f"has not started it)")
+    if stall_judged and classes > 1 and history.lowest > bar:
+        return (f"the training loss has never come below {bar:.3g}, ln({classes}) less "
+                f"{math.log(classes) - bar:.2g} (guessing scores {math.log(classes):.3g}): its "
+                f"lowest mean over {WINDOW} steps is {history.lowest:.3g}, so the network "
+                f"predicts no better than chance (a rate far too high kills it, one far too "
+                f"low has not started it)")
     return None
 
 

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hvdtrain.divergence import (FACTOR, RECOVERED, WINDOW, LossHistory, agree,
-                                 divergence_message, reason_to_stop, reference_loss, shares)
+from hvdtrain.divergence import (FACTOR, WINDOW, LossHistory, agree, divergence_message,
+                                 left_guessing, reason_to_stop, reference_loss, shares)
 
 FRESH = LossHistory(first=2.3, highest=2.3, lowest=2.3)  # a run that has not risen above its start
 
@@ -32,7 +32,7 @@ def test_a_blow_up_in_warmup_stops_the_run_after_it_unless_the_loss_came_back_do
     blew_up = LossHistory(first=2.9, highest=6.4, lowest=2.35)  # a first step above ln(10) too
     reason = reason_to_stop(2.35, blew_up, 10, after_warmup=True)
     assert "rose to 6.4" in reason and "has not come back down: 2.35" in reason
-    assert reason_to_stop(RECOVERED * math.log(10) - 0.01, blew_up, 10, True) is None
+    assert reason_to_stop(left_guessing(10) - 0.01, blew_up, 10, True) is None
     assert reason_to_stop(0.6, blew_up, 10, after_warmup=True) is None  # it recovered
     assert reason_to_stop(2.35, FRESH, 10, after_warmup=True) is None   # never rose: slow
 
@@ -41,11 +41,45 @@ def test_a_run_that_never_left_guessing_stops_once_its_stall_is_judged():
     at_chance = LossHistory(first=2.3, highest=2.35, lowest=2.29)
     assert reason_to_stop(2.31, at_chance, 10, after_warmup=True) is None  # not judged yet
     reason = reason_to_stop(2.31, at_chance, 10, after_warmup=True, stall_judged=True)
-    assert "never come below 0.9 x ln(10) = 2.07" in reason and "2.29" in reason
+    assert "never come below 2.07, ln(10) less 0.23" in reason and "2.29" in reason
     # It learnt once (a window below 0.9 ln 10): slow or noisy now, not stuck at chance.
-    learnt = LossHistory(first=2.3, highest=2.35, lowest=RECOVERED * math.log(10) - 0.01)
+    learnt = LossHistory(first=2.3, highest=2.35, lowest=left_guessing(10) - 0.01)
     assert reason_to_stop(2.31, learnt, 10, after_warmup=True, stall_judged=True) is None
     assert reason_to_stop(2.31, at_chance, 0, after_warmup=True, stall_judged=True) is None
+
+
+def test_the_bar_for_leaving_guessing_is_a_tenth_below_ln_classes_from_10_classes_up():
+    for classes in (10, 100, 1000):
+        assert left_guessing(classes) == pytest.approx(0.9 * math.log(classes))
+    # Fewer classes: 0.0256 nats a class beyond the first, less than a tenth of ln(classes).
+    assert left_guessing(2) == pytest.approx(math.log(2) - 0.1 * math.log(10) / 9)
+    assert left_guessing(2) == pytest.approx(0.668, abs=5e-4)
+    assert 0.9 * math.log(5) < left_guessing(5) < math.log(5)
+
+
+def test_a_binary_run_learning_slowly_goes_on_a_dead_one_stops():
+    guessing = math.log(2)
+    # Its lowest window 0.64 (a calibrated 65% right), half an epoch after warmup.
+    slow = LossHistory(first=guessing, highest=0.70, lowest=0.64)
+    assert reason_to_stop(0.64, slow, 2, after_warmup=True, stall_judged=True) is None
+    # One warmup window rose above 1.5 ln 2, and it has come back down to 0.65.
+    spiked = LossHistory(first=guessing, highest=1.10, lowest=0.65)
+    assert reason_to_stop(0.65, spiked, 2, after_warmup=True, stall_judged=True) is None
+    # A network that died sits at ln 2, whether it rose first or not.
+    dead = LossHistory(first=guessing, highest=0.70, lowest=0.685)
+    reason = reason_to_stop(0.69, dead, 2, after_warmup=True, stall_judged=True)
+    assert "never come below 0.668, ln(2) less 0.026 (guessing scores 0.693)" in reason
+    blew_up = LossHistory(first=guessing, highest=1.10, lowest=0.685)
+    assert "has not come back down: 0.69" in reason_to_stop(0.69, blew_up, 2, True)
+
+
+def test_ten_classes_are_judged_as_before_a_slow_run_goes_on_a_stuck_one_stops():
+    slow = LossHistory(first=math.log(10), highest=2.40, lowest=2.00)
+    assert reason_to_stop(2.00, slow, 10, after_warmup=True, stall_judged=True) is None
+    stuck = LossHistory(first=math.log(10), highest=2.40, lowest=2.08)
+    assert "never come below 2.07" in reason_to_stop(2.10, stuck, 10, True, stall_judged=True)
+    blew_up = LossHistory(first=math.log(10), highest=3.6, lowest=2.08)
+    assert "has not come back down: 2.08" in reason_to_stop(2.08, blew_up, 10, True)
 
 
 def test_the_reference_is_where_training_started_but_never_below_guessing():
