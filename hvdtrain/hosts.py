@@ -152,13 +152,14 @@ def expand_tasks_per_node(spec: str) -> list[int]:
 
 def slurm_hosts(nodelist: str, slots: int | None = None, ntasks_per_node: str | None = None,
                 tasks_per_node: str | None = None, gpus_per_node: str | None = None,
-                ntasks: str | None = None) -> list[Host]:
+                ntasks: str | None = None, gpus_on_node: str | None = None,
+                gpus: str | None = None) -> list[Host]:
     """Hosts of a Slurm allocation.
 
     Slots come from `slots` (the --slots option) if given, else SLURM_NTASKS_PER_NODE
-    (one number for every node), else, for a job that asked GPUs per node but no task
-    count (SLURM_NTASKS unset), one per GPU (SLURM_GPUS_PER_NODE), else
-    SLURM_TASKS_PER_NODE (one count per node).
+    (one number for every node), else, for a job that asked GPUs but no task count
+    (SLURM_NTASKS unset), one per GPU (`gpus_a_node`), else SLURM_TASKS_PER_NODE (one
+    count per node).
 
     The GPU rule is there because an --exclusive job that asks no task count gets a
     task per CPU in SLURM_TASKS_PER_NODE, which on a GPU node (96 CPUs, 8 GPUs) would
@@ -169,8 +170,8 @@ def slurm_hosts(nodelist: str, slots: int | None = None, ntasks_per_node: str | 
         counts = [positive_slots(slots, "--slots")] * len(names)
     elif ntasks_per_node:
         counts = [positive_slots(ntasks_per_node, "SLURM_NTASKS_PER_NODE")] * len(names)
-    elif gpus_per_node and not ntasks:
-        counts = [gpu_count(gpus_per_node)] * len(names)
+    elif asked_gpus(gpus_per_node, gpus_on_node) and not ntasks:
+        counts = [gpus_a_node(len(names), gpus_per_node, gpus_on_node, gpus)] * len(names)
     elif tasks_per_node:
         counts = expand_tasks_per_node(tasks_per_node)
         if len(counts) != len(names):
@@ -182,16 +183,39 @@ def slurm_hosts(nodelist: str, slots: int | None = None, ntasks_per_node: str | 
     return validate([Host(name, count) for name, count in zip(names, counts)])
 
 
-def gpu_count(spec: str) -> int:
-    """SLURM_GPUS_PER_NODE, as sbatch --gpus-per-node takes it (`8`, `a100:8`,
-    `a100:4,v100:4`) -> the node's GPUs of every type together."""
+def asked_gpus(gpus_per_node: str | None, gpus_on_node: str | None) -> bool:
+    """Whether the job has GPUs: SLURM_GPUS_PER_NODE (--gpus-per-node), or
+    SLURM_GPUS_ON_NODE, which Slurm sets however they were asked (--gres=gpu:8 and
+    --gpus=16 set no SLURM_GPUS_PER_NODE); 0 is none."""
+    return bool(gpus_per_node) or (gpus_on_node or "0").strip() not in ("", "0")
+
+
+def gpus_a_node(nodes: int, gpus_per_node: str | None, gpus_on_node: str | None,
+                gpus: str | None) -> int:
+    """The GPUs of each node: SLURM_GPUS_PER_NODE, else SLURM_GPUS_ON_NODE. The latter
+    counts the node the batch script runs on only, so it is taken for every node once
+    SLURM_GPUS (--gpus, the job's total), if set, says the nodes have as many each:
+    --gpus=12 on two 8-GPU nodes may give them 8 and 4."""
+    if gpus_per_node:
+        return gpu_count(gpus_per_node)
+    on_node = positive_slots(gpus_on_node, "SLURM_GPUS_ON_NODE")
+    if gpus and gpu_count(gpus, "SLURM_GPUS") != on_node * nodes:
+        raise HostError(f"SLURM_GPUS {gpus!r} is not SLURM_GPUS_ON_NODE {gpus_on_node!r} on "
+                        f"each of the {nodes} nodes: ask GPUs with --gpus-per-node, or pass "
+                        f"--slots")
+    return on_node
+
+
+def gpu_count(spec: str, name: str = "SLURM_GPUS_PER_NODE") -> int:
+    """SLURM_GPUS_PER_NODE (or SLURM_GPUS, `name`), as sbatch --gpus-per-node takes it
+    (`8`, `a100:8`, `a100:4,v100:4`) -> the GPUs of every type together."""
     total = 0
     for part in spec.strip().split(","):
         match = re.fullmatch(r"(?:[^:,\s]+:)?(\d+)", part.strip())
         if not match:
-            raise HostError(f"malformed SLURM_GPUS_PER_NODE {spec!r}: bad entry {part!r}")
+            raise HostError(f"malformed {name} {spec!r}: bad entry {part!r}")
         total += int(match.group(1))
-    return positive_slots(total, f"SLURM_GPUS_PER_NODE {spec!r}")
+    return positive_slots(total, f"{name} {spec!r}")
 
 
 # --- plain lists and hostfiles ---

@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Slurm node list (default: $SLURM_JOB_NODELIST)")
     slurm.add_argument("--slots", default=None,
                        help="slots per node (default: $SLURM_NTASKS_PER_NODE; else, if "
-                            "the job asked GPUs but no task count, $SLURM_GPUS_PER_NODE; "
+                            "the job asked GPUs but no task count, $SLURM_GPUS_PER_NODE, or "
+                            "$SLURM_GPUS_ON_NODE (--gres=gpu:N, --gpus=N); "
                             "else $SLURM_TASKS_PER_NODE)")
     slurm.add_argument("--responding", action="store_true",
                        help="only the nodes sinfo reports usable (allocated, mixed or idle; "
@@ -118,7 +119,9 @@ def hosts_from_slurm(args) -> list[H.Host]:
         raise H.HostError("SLURM_JOB_NODELIST is not set: run inside a Slurm allocation or pass --nodelist")
     env = os.environ.get
     hosts = H.slurm_hosts(nodelist, args.slots, env("SLURM_NTASKS_PER_NODE"),
-                          env("SLURM_TASKS_PER_NODE"), env("SLURM_GPUS_PER_NODE"), env("SLURM_NTASKS"))
+                          env("SLURM_TASKS_PER_NODE"), env("SLURM_GPUS_PER_NODE"),
+                          env("SLURM_NTASKS"), gpus_on_node=env("SLURM_GPUS_ON_NODE"),
+                          gpus=env("SLURM_GPUS"))
     return responding(hosts, nodelist) if args.responding else hosts
 
 

@@ -99,6 +99,35 @@ def test_a_job_asking_gpus_but_no_task_count_gets_a_worker_per_gpu_not_per_cpu()
         Host("gpu1", 3), Host("gpu2", 2)]
 
 
+def test_gpus_asked_with_gres_or_a_total_give_a_worker_per_gpu_of_the_node():
+    # sbatch --exclusive --gres=gpu:8, or --gpus=16 on two nodes: no SLURM_GPUS_PER_NODE,
+    # but Slurm sets SLURM_GPUS_ON_NODE either way.
+    nodes = "gpu[1-2]"
+    eight = [Host("gpu1", 8), Host("gpu2", 8)]
+    assert slurm_hosts(nodes, tasks_per_node="96(x2)", gpus_on_node="8") == eight
+    assert slurm_hosts(nodes, tasks_per_node="96(x2)", gpus_on_node="8", gpus="16") == eight
+    assert slurm_hosts(nodes, tasks_per_node="96(x2)", gpus_on_node="8", gpus="h100:16") == eight
+    # SLURM_GPUS_PER_NODE names every node's count: it wins; a task count wins over both.
+    assert slurm_hosts(nodes, tasks_per_node="96(x2)", gpus_per_node="4",
+                       gpus_on_node="8") == [Host("gpu1", 4), Host("gpu2", 4)]
+    assert slurm_hosts(nodes, tasks_per_node="3,2", gpus_on_node="8", ntasks="5") == [
+        Host("gpu1", 3), Host("gpu2", 2)]
+    # No GPUs on the node is no GPUs asked: a worker per task (per CPU) as before.
+    assert slurm_hosts(nodes, tasks_per_node="4(x2)", gpus_on_node="0") == [
+        Host("gpu1", 4), Host("gpu2", 4)]
+
+
+def test_a_gpu_total_the_nodes_do_not_share_evenly_is_one_line_naming_both_counts():
+    # --gpus=12 on two 8-GPU nodes: the batch node has 8, the other 4.
+    with pytest.raises(HostError) as err:
+        slurm_hosts("gpu[1-2]", tasks_per_node="96(x2)", gpus_on_node="8", gpus="12")
+    assert str(err.value) == ("SLURM_GPUS '12' is not SLURM_GPUS_ON_NODE '8' on each of the 2 "
+                              "nodes: ask GPUs with --gpus-per-node, or pass --slots")
+    with pytest.raises(HostError) as err:
+        slurm_hosts("gpu[1-2]", tasks_per_node="96(x2)", gpus_on_node="eight")
+    assert str(err.value) == "SLURM_GPUS_ON_NODE: slots must be a positive integer, got 'eight'"
+
+
 @pytest.mark.parametrize("spec, message", [
     ("eight", "malformed SLURM_GPUS_PER_NODE 'eight': bad entry 'eight'"),
     ("a100:", "malformed SLURM_GPUS_PER_NODE 'a100:': bad entry 'a100:'"),
@@ -323,6 +352,17 @@ def test_cli_gives_an_exclusive_gpu_job_a_worker_per_gpu():
     result = hostfile_cli("slurm", "--format", "np", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "16\n"
+
+
+def test_cli_gives_a_gres_gpu_job_a_worker_per_gpu():
+    # sbatch --exclusive --gres=gpu:8: SLURM_JOB_GPUS and SLURM_GPUS_ON_NODE, no GPUS_PER_NODE.
+    env = dict(os.environ, SLURM_JOB_NODELIST="gpu[1-2]", SLURM_TASKS_PER_NODE="96(x2)",
+               SLURM_JOB_GPUS="0,1,2,3,4,5,6,7", SLURM_GPUS_ON_NODE="8")
+    for name in ("SLURM_NTASKS_PER_NODE", "SLURM_NTASKS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS"):
+        env.pop(name, None)
+    result = hostfile_cli("slurm", "--format", "H", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "gpu1:8,gpu2:8\n"
 
 
 @pytest.mark.parametrize("args, message", [

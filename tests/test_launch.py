@@ -302,6 +302,36 @@ def test_sbatch_on_a_gpu_node_launches_once_gpus_or_tasks_are_asked(
     assert call()["argv"][:2] == ["-np", "4"]
 
 
+@pytest.mark.parametrize("asked", [
+    {"SLURM_JOB_GPUS": "0,1,2", "SLURM_GPUS_ON_NODE": "3"},  # sbatch --gres=gpu:3
+    {"SLURM_GPUS": "6", "SLURM_GPUS_ON_NODE": "3"},           # sbatch --gpus=6 on 2 nodes
+])
+def test_sbatch_on_a_gpu_node_asked_with_gres_or_a_total_launches_a_worker_per_gpu(
+        fake_horovodrun, listening_port, tmp_path, asked):
+    env, call = fake_horovodrun
+    slurm_env(env, listening_port).update(asked)  # 2 tasks a node: not what is asked
+    fake_nvidia_smi(env, 3)
+    result = run(["bash", SBATCH, "--epochs", "1"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert call()["argv"][:2] == ["-np", "6"]
+
+
+def test_sbatch_asked_gpus_slurm_gave_no_count_for_says_that_in_one_line(
+        fake_horovodrun, listening_port, tmp_path):
+    env, call = fake_horovodrun
+    slurm_env(env, listening_port).update(SLURM_GPUS="16")
+    fake_nvidia_smi(env, 8)
+    result = run(["bash", SBATCH, "--epochs", "1"], env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"train.sbatch: error: {socket.gethostname()} has 8 GPUs but Slurm set no count of "
+        "this node's GPUs (SLURM_GPUS_ON_NODE) for those the job asked (SLURM_GPUS '16', "
+        "SLURM_JOB_GPUS '') and the job asked no task count, which starts a worker per CPU: "
+        "submit with --gpus-per-node=8 (or --ntasks-per-node)\n")
+    with pytest.raises(FileNotFoundError):
+        call()  # horovodrun never ran
+
+
 def test_sbatch_outside_a_checkout_says_where_it_looked(fake_horovodrun, tmp_path):
     env, _ = fake_horovodrun
     env["SLURM_SUBMIT_DIR"] = str(tmp_path)

@@ -7,7 +7,8 @@
 #       hvdtrain train --elastic ...
 #
 # Slots: SLURM_NTASKS_PER_NODE (sbatch --ntasks-per-node); else, for a job that asked GPUs
-# but no task count, SLURM_GPUS_PER_NODE; else SLURM_TASKS_PER_NODE.
+# but no task count, SLURM_GPUS_PER_NODE, or SLURM_GPUS_ON_NODE (--gres=gpu:N, --gpus=N);
+# else SLURM_TASKS_PER_NODE.
 # HVDTRAIN_HOST_CHECK (tcp, ssh or none; default tcp) and HVDTRAIN_SSH_PORT (default 22)
 # choose the reachability check; a node that fails it is left out, not an error.
 set -euo pipefail
