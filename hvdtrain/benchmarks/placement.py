@@ -62,6 +62,15 @@ def job_command(args, count: int, command: list[str]) -> list[str]:
     return over_link(horovodrun_command(count, command, args.hostfile), args.link_rate)
 
 
+def _shown(path: str) -> str:
+    """`path` as bench.json, which may be committed, names it: relative to the folder the
+    command ran in if it is inside it, else the file's name alone, never the machine's
+    own folders (a launcher's hostfile is a temporary file)."""
+    relative = os.path.relpath(os.path.abspath(path))
+    outside = relative == os.pardir or relative.startswith(os.pardir + os.sep)
+    return os.path.basename(path) if outside else relative
+
+
 def topology(hosts: int | None, link_rate: str | None, hostfile: str | None = None,
              slots: int = 1) -> dict:
     """Where the workers ran and which link each one's traffic crossed, for bench.json
@@ -75,6 +84,6 @@ def topology(hosts: int | None, link_rate: str | None, hostfile: str | None = No
         return {"kind": "emulated-hosts", "workers_per_link": 1, "slots": slots,
                 "hosts": describe(plan_hosts(hosts, link_rate))}
     if hostfile:
-        return {"kind": "hostfile", "hostfile": os.path.abspath(hostfile)}
+        return {"kind": "hostfile", "hostfile": _shown(hostfile)}
     return {"kind": "shared-loopback" if link_rate else "this-machine",
             "workers_per_link": "all"}
