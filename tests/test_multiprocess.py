@@ -434,8 +434,10 @@ def test_the_default_optimizer_takes_lamb_at_a_global_batch_of_1024_and_the_run_
     result = horovodrun("hvdtrain", "train", "--data-dir", data_dir, "--batch-size", "512",
                         "--epochs", "1", "--steps-per-epoch", "2", "--no-validate",
                         "--out", str(out), timeout=300)
-    notices = [line for line in result.stdout.splitlines() if "--optimizer auto" in line]
+    notices = [line for line in result.stdout.splitlines() if "--optimizer auto took" in line]
     assert len(notices) == 1 and "took lamb" in notices[0]  # rank 0 alone says it
+    assert sum("hvdtrain: plan: optimizer lamb: --optimizer auto takes LAMB" in line
+               for line in result.stdout.splitlines()) == 1
     saved = load_config(str(out / "config.yaml"))
     assert (saved.optimizer, saved.max_lr) == ("lamb", 0.03)
     # Flat local mode takes LAMB there too, with rescaled rounds every step at sync's cap.
