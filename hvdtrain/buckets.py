@@ -24,7 +24,11 @@ from typing import Sequence
 
 from hvdtrain.averaging import gradient_buckets  # the grouping itself, for a cap
 
-__all__ = ["AUTO_GROUPS", "BucketSpec", "gradient_buckets", "parse_bucket_spec"]
+# Gradient groups sized to the model (hvdtrain.buckets): a fixed 25 MB left a small
+# model's gradients in one group that could leave only after back-propagation.
+DEFAULT_BUCKET_MB = "auto"
+
+__all__ = ["AUTO_GROUPS", "DEFAULT_BUCKET_MB", "BucketSpec", "gradient_buckets", "parse_bucket_spec"]
 
 AUTO_GROUPS = 8
 

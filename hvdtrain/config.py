@@ -19,10 +19,13 @@ from typing import Any, Mapping
 import yaml
 
 from hvdtrain import divergence
-from hvdtrain.buckets import parse_bucket_spec
+from hvdtrain.buckets import DEFAULT_BUCKET_MB, parse_bucket_spec
 from hvdtrain.errors import ConfigError
 from hvdtrain.periods import (LOCAL_MODES, AutoPeriod, PerWorkerPeriod, Period, PeriodError,
                               QuadraticPeriod, parse_period)
+from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, RESCALED_ROUND_COMPRESSION,  # noqa: F401
+                                   ROUND_COMPRESSIONS, WARM_STARTS, rescales_by_default,
+                                   rounds_compression)
 from hvdtrain.schedules import (DEFAULT_LOCAL_LAMB_MAX_LR, DEFAULT_MAX_LR,
                                  DEFAULT_MAX_LR_OTHERWISE, LR_SCALINGS, default_max_lr)
 
@@ -37,9 +40,6 @@ DEFAULT_LR_SCALING = "linear"
 # LARS's trust coefficient (You et al. 2017).
 LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
-OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
-ROUND_COMPRESSIONS = ("none", "fp16", "int8", "int4")
-WARM_STARTS = ("sync", "single")
 # Async mode's default period, from time-to-accuracy runs at 2, 4 and 8 workers
 # (BENCHMARKS.md, "Time to accuracy"): every 10 local steps summed over the workers (3
 # steps at 4 workers, 2 at 8), momentum not averaged; its rounds land a period late, so
@@ -64,11 +64,6 @@ DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 # step ended level (3 seeds): rounds stay every step, and int4 halves their bytes.
 DEFAULT_LOCAL_LAMB_N_SYNC = 1
 DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
-# Rescaled rounds (flat local mode's on LAMB, every step) travel in int4 by default: at
-# 16 x 64, 32 x 64 and 32 x 32 (LeNet-5, 5 epochs, 3 seeds) they ended level with int8's
-# for half the bytes, 0.126 of sync's where int8 moved 0.251 (BENCHMARKS.md, "int4
-# rounds").
-RESCALED_ROUND_COMPRESSION = "int4"
 # The hierarchy's period in local mode is flat local mode's, 2 steps, since its rounds are
 # cut in host shards (hvdtrain.keras.host_shards): a worker hands over a k-th of flat's
 # bytes at hosts of k, and a host's NIC carries 0.63 (hosts of 2) and 0.35 (hosts of 4)
@@ -90,9 +85,6 @@ DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic",
             "synthetic-device")
 MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet20", "resnet32",
           "resnet56")
-# Gradient groups sized to the model (hvdtrain.buckets): a fixed 25 MB left a small
-# model's gradients in one group that could leave only after back-propagation.
-DEFAULT_BUCKET_MB = "auto"
 
 
 # A run folder's config.yaml carries the version of its layout (files without one are 1).
@@ -494,14 +486,6 @@ def ignored_in(mode: str) -> frozenset[str]:
                      if mode not in f.metadata["modes"] and f.metadata["elsewhere"] == "ignored")
 
 
-def rescales_by_default(optimizer: str, hierarchical: bool, fragments: int,
-                        optimizer_state: bool) -> bool:
-    """Whether local mode's rounds are rescaled when not told: on LAMB, with whole flat
-    rounds of each worker's own steps (a shared momentum keeps their length). The CLI's
-    --rescale-rounds and the Keras layer's `LocalSGD(rescale_rounds=None)` both follow it."""
-    return optimizer == "lamb" and not hierarchical and fragments == 1 and not optimizer_state
-
-
 def _rescales_by_default(cfg: TrainConfig) -> bool:
     return rescales_by_default(cfg.optimizer, cfg.hierarchical_sgd, cfg.round_fragments,
                                cfg.average_optimizer_state)
@@ -686,12 +670,6 @@ def n_sync_period(cfg: TrainConfig) -> Period | None:
         return parse_period(cfg.n_sync)
     except PeriodError as exc:
         raise ConfigError(f"--n-sync {exc.problem}") from None
-
-
-def rounds_compression(round_compression: str, fp16_allreduce: bool) -> str:
-    """How local and async rounds travel: `round_compression`, or when that is "none" and
-    `fp16_allreduce` asks for float16, "fp16" (the same compressed rounds as asking for it)."""
-    return "fp16" if fp16_allreduce and round_compression == "none" else round_compression
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.buckets import gradient_buckets, parse_bucket_spec
-from hvdtrain.config import DEFAULT_BUCKET_MB
+from hvdtrain.buckets import DEFAULT_BUCKET_MB
 from hvdtrain.keras.exchange_clock import ExchangeClock
 
 _CLASS_CACHE: dict[type, type] = {}

@@ -34,8 +34,6 @@ from typing import Callable
 import keras
 
 from hvdtrain import comm, quantize
-from hvdtrain.config import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
-                             rescales_by_default, rounds_compression)
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -54,6 +52,8 @@ from hvdtrain.periods import (AutoPeriod, PerWorkerPeriod, Period, QuadraticPeri
                               parse_period)
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.round_policy import Act, RoundPolicy
+from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
+                                   rescales_by_default, rounds_compression)
 from hvdtrain.round_triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
                                      EveryTSeconds, RateFollowingPeriod, WarmStartEnd)
 from hvdtrain.save_plan import SavePlan

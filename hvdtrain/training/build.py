@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval, rounds_compression
+from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval
+from hvdtrain.rounds.rules import rounds_compression
 from hvdtrain.data import DataSource
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.local_sgd import LocalSGD

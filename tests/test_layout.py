@@ -1,0 +1,26 @@
+"""The package's layout holds: the Keras layer imports nothing of the CLI's configuration
+(so neither PyYAML nor the option table), and the plan and the round rules load without
+TensorFlow."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hvdtrain"
+
+
+def test_no_file_of_the_keras_layer_imports_the_clis_configuration():
+    importing = [str(path.relative_to(PACKAGE)) for path in (PACKAGE / "keras").rglob("*.py")
+                 if re.search(r"hvdtrain\.config\b|from hvdtrain import [^\n]*\bconfig\b",
+                              path.read_text())]
+    assert importing == []
+
+
+def test_the_plan_and_the_round_rules_load_without_tensorflow():
+    code = ("import sys\n"
+            "import hvdtrain.plan, hvdtrain.rounds.rules, hvdtrain.rounds.payload\n"
+            "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
