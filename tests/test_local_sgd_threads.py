@@ -1,0 +1,136 @@
+"""`LocalSGD` inside a real `model.fit`, K workers in threads of one process
+(tests/threaded_comm.py): the rules across workers that the horovodrun suites prove on
+real collectives, here at K = 2 to 4 in seconds."""
+
+from __future__ import annotations
+
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+import hvdtrain.keras as hk
+from hvdtrain import comm
+from threaded_comm import run_workers
+
+STEPS = 8          # steps of one epoch
+BATCH = 4          # examples a worker takes a step
+# Keras's seeds are global: threads build their models one at a time, each from the seed.
+BUILDING = threading.Lock()
+
+
+class WeightsAfterEachStep(keras.callbacks.Callback):
+    """Every weight after each step (placed after LocalSGD: after the step's round), and
+    at the epoch's end (after its round)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights: list[np.ndarray] = []
+        self.at_epoch_end: list[np.ndarray] = []
+
+    def _now(self) -> np.ndarray:
+        return np.concatenate([w.numpy().ravel() for w in self.model.weights])
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.weights.append(self._now())
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.at_epoch_end.append(self._now())
+
+
+def _data(rank: int, workers: int):
+    """This worker's shard of one learnable dataset (its own examples)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(STEPS * BATCH * workers, 5)).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype("int64")
+    return x[rank::workers], y[rank::workers]
+
+
+def _model(optimizer=None) -> keras.Model:
+    with BUILDING:
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(2)])
+    model.compile(hk.with_gradient_averaging(optimizer or keras.optimizers.SGD(0.1),
+                                             averaging=False),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _fit_local(workers: int, **local_options):
+    """Each worker's weights after every step of one epoch of local SGD."""
+    def work(rank):
+        model = _model()
+        x, y = _data(comm.rank(), comm.size())
+        seen = WeightsAfterEachStep()
+        local = hk.LocalSGD(**local_options)
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[local, seen])
+        return np.stack(seen.weights + seen.at_epoch_end), local.rounds
+    return run_workers(workers, work)
+
+
+@pytest.mark.parametrize("workers, compression", [(2, "none"), (3, "int8"), (4, "int4")])
+def test_every_worker_holds_the_same_bits_right_after_each_round_and_not_between(
+        workers, compression):
+    results = _fit_local(workers, n_sync=3, round_compression=compression)
+    weights = [w for w, _ in results]
+    assert {rounds for _, rounds in results} == {3}  # after steps 3, 6 and the epoch's end
+    for step in range(STEPS + 1):  # and at the epoch's end, after its round
+        same = all(np.array_equal(weights[0][step], w[step]) for w in weights[1:])
+        assert same == (step + 1 in (3, 6, STEPS + 1)), f"after step {step + 1}"
+
+
+def test_rounds_every_step_of_plain_sgd_are_large_batch_sgd():
+    workers = 3
+    results = _fit_local(workers, n_sync=1)
+    # One model on the whole global batch each step, with the same rate: the mean of the
+    # workers' gradients is the large batch's gradient.
+    comm.init()  # a world of one worker: this process
+    model = _model()
+    # Reorder into global batches made of each worker's local batch in rank order.
+    shards = [_data(r, workers) for r in range(workers)]
+    xs = np.concatenate([np.concatenate([s[0][i * BATCH:(i + 1) * BATCH] for s in shards])
+                         for i in range(STEPS)])
+    ys = np.concatenate([np.concatenate([s[1][i * BATCH:(i + 1) * BATCH] for s in shards])
+                         for i in range(STEPS)])
+    seen = WeightsAfterEachStep()
+    model.fit(xs, ys, batch_size=BATCH * workers, epochs=1, shuffle=False, verbose=0,
+              callbacks=[seen])
+    for step in range(STEPS):
+        for worker in range(workers):
+            np.testing.assert_array_equal(results[worker][0][step], results[0][0][step])
+        np.testing.assert_allclose(results[0][0][step], seen.weights[step], rtol=1e-5,
+                                   atol=1e-6, err_msg=f"after step {step + 1}")
+
+
+def test_async_rounds_by_the_quadratic_rule_meet_when_workers_skip_different_steps():
+    """A LossScaleOptimizer does not count a step whose gradients overflowed, and each
+    worker overflows on its own data: the workers' optimizers count different steps. The
+    period each sets from the rate must still be the job's, or their overlapped rounds
+    part and an epoch end deadlocks."""
+    from hvdtrain.keras.state import base_optimizer
+
+    class SkipsSteps(keras.callbacks.Callback):  # before LocalSGD, as an overflow would
+        def __init__(self, skipped):
+            super().__init__()
+            self.skipped = skipped
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.skipped(batch):
+                base_optimizer(self.model.optimizer).iterations.assign_sub(1)
+
+    def work(rank):
+        rates = keras.optimizers.schedules.CosineDecay(0.1, decay_steps=2 * 4 * STEPS)
+        model = _model(keras.optimizers.SGD(rates))
+        x, y = _data(comm.rank(), comm.size())
+        local = hk.LocalSGD(n_sync="qsr:1", overlap=True)
+        # Rank 0 overflows every third step, rank 1 never: their counts part ever more.
+        skips = SkipsSteps((lambda batch: batch % 3 == 0) if rank == 0 else (lambda batch: False))
+        model.fit(np.tile(x, (4, 1)), np.tile(y, 4), batch_size=1, epochs=2, shuffle=False,
+                  verbose=0, callbacks=[skips, local])
+        return local.trigger.saved(), local.rounds
+
+    first, second = run_workers(2, work, wait=30)
+    assert first == second
