@@ -140,6 +140,10 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--hosts", "2", "--link-rate", "fast"], "--link-rate must be a rate in tc's units"),
     (["--round-compression", "none,int2"], "--round-compression takes a comma-separated list "
                                            "of none, fp16, int8, int4; got 'int2'"),
+    (["--optimizer", "auto"], "--optimizer must be one of sgd, adam, lars, lamb (one optimizer "
+                              "at every worker count, so not auto), got 'auto'"),
+    (["--optimizer", "lamb", "--modes", "sync,horovod"],
+     "--modes horovod times bare Horovod on sgd, got --optimizer lamb"),
 ])
 def test_bad_bench_options_exit_non_zero_with_one_line(argv, message, capsys, tmp_path):
     assert main(["bench", "--out", str(tmp_path), *argv]) == 2
@@ -184,6 +188,63 @@ def test_with_fp16_allreduce_uncompressed_bench_rounds_are_fp16_rounds_measured_
     # row says so (and `hvdtrain predict` costs them as fp16 rows), and fp16 runs once.
     assert [(s["mode"], s["round_compression"]) for s in _setups(args, cfg)] == [
         ("sync", "none"), ("local", "fp16"), ("local", "int8")]
+
+
+def _bench_setups(*argv: str, **config):
+    from hvdtrain.benchmarks.bench import _setups
+    from hvdtrain.benchmarks.throughput import Setup
+    from hvdtrain.cli import build_parser
+    from hvdtrain.config import load_config
+
+    args = build_parser().parse_args(["bench", *argv])
+    return [Setup(**s) for s in _setups(args, load_config(None, {"model": "lenet", **config}))]
+
+
+def test_every_bench_setup_trains_one_optimizer_at_every_worker_count():
+    from hvdtrain.benchmarks.throughput import train_config
+    from hvdtrain.optimizer_choice import settled
+
+    # Training's `--optimizer auto` takes LAMB from a global batch of 1,024 (16 x 64): a
+    # bench's rows at 2 and at 32 workers must still time the same optimizer.
+    for setup in _bench_setups("--modes", "sync,local,independent,hlocal", "--n-sync", "10"):
+        cfg = train_config(setup, 60, "out", False).resolved()
+        runs = {workers: settled(cfg, workers) for workers in (2, 8, 16, 32)}
+        assert {w: run.optimizer for w, run in runs.items()} == dict.fromkeys(runs, "sgd"), \
+            setup.label
+        assert not any(run.rescale_rounds for run in runs.values()), setup.label
+
+
+def test_a_bench_row_records_its_settled_optimizer_and_round_compression():
+    from hvdtrain.benchmarks.bench import CSV_COLUMNS
+    from hvdtrain.benchmarks.throughput import settled, train_config
+    from hvdtrain.config import load_config
+
+    setups = [settled(s, 16) for s in _bench_setups(
+        "--optimizer", "lamb", "--modes", "sync,local,async,hlocal", "--n-sync", "10")]
+    assert {s.optimizer for s in setups} == {"lamb"}
+    # Not given, a round travels as `hvdtrain train` of that mode sends it: here LAMB's
+    # rescaled flat rounds in int4, hierarchical ones in int8, async's as they are.
+    expected = {(mode, hierarchical): load_config(None, dict(
+        mode=mode, optimizer="lamb", hierarchical_sgd=hierarchical)).resolved().round_compression
+        for mode, hierarchical in (("local", False), ("local", True), ("async", False))}
+    assert expected == {("local", False): "int4", ("local", True): "int8", ("async", False): "none"}
+    assert [(s.label, s.round_compression) for s in setups] == [
+        ("sync", "none"), ("local, n_sync 10, int4", "int4"), ("async, n_sync 10", "none"),
+        ("hierarchical local, n_sync 10, int8", "int8")]
+    # The settled setup trains as it says.
+    assert [train_config(s, 20, "out", False).resolved().round_compression
+            for s in setups[1:]] == ["int4", "none", "int8"]
+    assert {"optimizer", "round_compression"} <= set(CSV_COLUMNS)
+
+
+def test_bench_rounds_default_to_trainings_own_and_fp16_allreduce_makes_async_rounds_fp16():
+    from hvdtrain.benchmarks.throughput import settled
+
+    setups = [settled(s, 2) for s in _bench_setups(
+        "--modes", "local,async,independent", "--n-sync", "10", fp16_allreduce=True)]
+    assert [(s.optimizer, s.label) for s in setups] == [
+        ("sgd", "local, n_sync 10, int8"), ("sgd", "async, n_sync 10, fp16"),
+        ("sgd", "independent")]
 
 
 class _Clock:
@@ -271,6 +332,8 @@ def test_the_exchange_clock_counts_the_wait_from_the_inputs_to_the_outputs():
 @pytest.mark.long
 @pytest.mark.multiprocess
 def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
+    from hvdtrain import quantize
+
     out = tmp_path / "bench"
     bin_dir = os.path.dirname(sys.executable)
     result = subprocess.run(
@@ -285,7 +348,10 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     rows = report["rows"]
     assert [(r["workers"], r["label"]) for r in rows] == [
         (w, label) for w in (1, 2)
-        for label in ("sync", "local, n_sync 4", "async, n_sync 4", "independent", "horovod")]
+        for label in ("sync", "local, n_sync 4, int8", "async, n_sync 4", "independent", "horovod")]
+    # Every row timed the bench's optimizer; local rounds went as training's default, int8.
+    assert {r["optimizer"] for r in rows} == {"sgd"}
+    assert [r["round_compression"] for r in rows[:5]] == ["none", "int8", "none", "none", "none"]
     for row in rows:
         assert row["total_images_per_sec"] > 0 and row["total_ci95"] >= 0
         assert row["total_images_per_sec"] == pytest.approx(
@@ -297,8 +363,10 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     gradient_bytes = 61_706 * 4
     assert by[(2, "sync")]["bytes_per_step"] == by[(2, "horovod")]["bytes_per_step"] == gradient_bytes
     # A round every 4 steps: the weights alone in both modes (each worker keeps its
-    # momentum by default); nothing without a peer or without rounds.
-    assert by[(2, "local")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
+    # momentum by default), local mode's as int8 codes and scales; nothing without a peer
+    # or without rounds.
+    assert by[(2, "local")]["bytes_per_step"] == pytest.approx(
+        quantize.payload_bytes(61_706, 2, "int8") / 4)
     assert by[(2, "async")]["bytes_per_step"] == pytest.approx(gradient_bytes / 4)
     assert by[(2, "sync")]["communication_share"] > 0
     assert by[(2, "independent")]["bytes_per_step"] == by[(1, "sync")]["bytes_per_step"] == 0
@@ -311,7 +379,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     with open(out / "bench.csv", newline="") as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == 10 and float(table[5]["total_images_per_sec"]) > 0
-    assert "| lenet | local, n_sync 4 | 2 |" in result.stdout
+    assert "| lenet | local, n_sync 4, int8 | 2 |" in result.stdout
 
 
 @pytest.mark.multiprocess
@@ -353,8 +421,10 @@ def test_hierarchical_rows_send_only_rounds_across_hosts_and_gradients_inside_th
     from conftest import horovodrun
 
     out = tmp_path / "bench"
+    # Float32 rounds (not local mode's int8), so that a round's bytes are 4 a weight.
     horovodrun("hvdtrain", "bench", "--modes", "local,hlocal", "--n-sync", "5", "--steps", "10",
-               "--warmup-steps", "2", "--window", "5", "--batch-size", "16", "--out", str(out),
+               "--round-compression", "none", "--warmup-steps", "2", "--window", "5",
+               "--batch-size", "16", "--out", str(out),
                np_=4, hosts="localhost:2,127.0.0.1:2", timeout=600)
     rows = json.loads((out / "bench.json").read_text())["rows"]
     assert [(r["label"], r["hierarchical"], r["hosts"]) for r in rows] == [
@@ -382,7 +452,7 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
     report = json.loads((out / "bench.json").read_text())
     rows = report["rows"]
     assert [(r["workers"], r["label"]) for r in rows] == [
-        (2, "sync"), (2, "local, n_sync 2"), (2, "local, every 0.1 s")]
+        (2, "sync"), (2, "local, n_sync 2, int8"), (2, "local, every 0.1 s, int8")]
     assert all((r["slow_rank"], r["slow_factor"]) == (1, 2.0) for r in rows)
     assert rows[1]["exchanges_timed"] == 20 and rows[0]["exchanges_timed"] == 40
     # Timed rounds: counted as they came (the epoch's end among them).

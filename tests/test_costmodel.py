@@ -191,6 +191,55 @@ def test_a_bench_without_independent_workers_or_link_is_refused_in_one_line(tmp_
         "hvdtrain: error: --check takes benches run with --link-rate; this one has no link_rate"]
 
 
+def _rewritten(tmp_path, name, bench_path, **changes):
+    """The bench at `bench_path` with `changes(row) -> dict` applied to each row, saved as
+    `name`."""
+    bench = json.loads(open(bench_path).read())
+    bench["rows"] = [dict(row, **{k: f(row) for k, f in changes.items()}) for row in bench["rows"]]
+    path = tmp_path / name
+    path.write_text(json.dumps(bench))
+    return str(path)
+
+
+def test_predict_refuses_a_bench_whose_rows_timed_two_optimizers_in_one_line(tmp_path, capsys):
+    # auto took SGD for the independent rows and LAMB for the sync row at 16 x 64.
+    mixed = _rewritten(tmp_path, "mixed.json", _bench(tmp_path),
+                       optimizer=lambda r: "lamb" if r["mode"] == "sync" else "sgd")
+    assert main(["predict", mixed, "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"hvdtrain: error: {mixed} holds rows of --optimizer lamb and sgd: predict "
+                   f"from a bench of one optimizer (`hvdtrain bench --optimizer`)")
+    assert not (tmp_path / "p").exists()
+
+
+def test_predict_refuses_a_check_bench_of_another_optimizer(tmp_path, capsys):
+    lamb = _rewritten(tmp_path, "lamb.json", _bench(tmp_path, "100mbit"),
+                      optimizer=lambda r: "lamb")
+    assert main(["predict", _bench(tmp_path), "--check", lamb, "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"hvdtrain: error: --check {lamb} timed --optimizer lamb and "
+                   f"{_bench(tmp_path)} --optimizer sgd: check a bench of the same optimizer")
+
+
+def test_rows_without_an_optimizer_are_sgd_below_lambs_global_batch_else_refused(tmp_path,
+                                                                               capsys):
+    # Benches from before rows recorded it ran --optimizer auto: SGD at 2 x 32 in every
+    # version, so predict goes on and says so in predict.json...
+    assert main(["predict", _bench(tmp_path), "--out", str(tmp_path / "p")]) == 0
+    assert json.loads((tmp_path / "p" / "predict.json").read_text())["optimizer"] == "sgd"
+    # ...but at 16 x 64 auto took LAMB in sync mode (since it exists), so it is unknown.
+    large = _rewritten(tmp_path, "large.json", _bench(tmp_path), workers=lambda r: 16,
+                       batch_per_worker=lambda r: 64)
+    capsys.readouterr()
+    assert main(["predict", large, "--out", str(tmp_path / "q")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hvdtrain: error: {large}: its sync row at 16 x 64 does not say "
+                          f"which optimizer it timed") and len(err.splitlines()) == 1
+    # Rows that record one are taken as they say, at any size.
+    recorded = _rewritten(tmp_path, "recorded.json", large, optimizer=lambda r: "sgd")
+    assert main(["predict", recorded, "--out", str(tmp_path / "r")]) == 0
+
+
 def test_floors_of_benches_on_different_worker_counts_average_like_with_like(tmp_path):
     bench = json.loads(open(_bench(tmp_path, exchanges=(0.15, 0.3))).read())
     # The same hosts on 4 workers: each worker handles 3/4 of the payload, not 1/2.

@@ -13,11 +13,13 @@ from hvdtrain.benchmarks.placement import add_hosts_option, check_where, job_com
 from hvdtrain.benchmarks.scaling import (add_scaling, overhead_against_reference,
                                          ratios_to_reference)
 from hvdtrain.buckets import parse_bucket_spec
-from hvdtrain.config import (DEFAULT_BUCKET_MB, LOCAL_MODES, ROUND_COMPRESSIONS, load_config,
-                             parse_choice_list, parse_int_list, parse_seconds_list, parse_shape,
-                             rounds_compression)
+from hvdtrain.config import (DEFAULT_BUCKET_MB, DEFAULT_ROUND_COMPRESSION, LOCAL_MODES,
+                             OPTIMIZERS, RESCALED_ROUND_COMPRESSION, ROUND_COMPRESSIONS,
+                             load_config, parse_choice_list, parse_int_list, parse_seconds_list,
+                             parse_shape, rounds_compression)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.optimizer_choice import AUTO
 
 MODES = ("sync", *LOCAL_MODES, "independent", "horovod")
 # Hierarchical local SGD (--hierarchical-sgd): a host's workers average gradients every
@@ -33,7 +35,8 @@ Training throughput of one model on random images: by default one batch per work
 made once and kept on its device (as tf_cnn_benchmarks does; --host-data feeds them
 through an in-memory tf.data pipeline instead), so only the model, the optimizer and
 the communication are measured. Every setup trains through the same code as `hvdtrain
-train`; the first --warmup-steps steps are not timed. Reports images/sec per worker
+train`, with --optimizer (sgd by default) at every worker count and training's defaults
+for the rest; the first --warmup-steps steps are not timed. Reports images/sec per worker
 and in total (mean and 95% interval: over windows of --window steps, or over --repeats
 measurements taken in turn), the share of a step spent in allreduce (the exchange
 timed on its own once training stops, times the exchanges per step; in async mode that
@@ -57,90 +60,134 @@ example:
 """
 
 
+# Every setup trains this inner optimizer, whatever the job's size: training's `auto` takes
+# LAMB from a global batch of 1,024, so one bench over worker counts would time SGD steps
+# at few workers and LAMB's (with rescaled rounds) at many, and its speed-ups would mix
+# them. Auto is not offered: a row's optimizer must not depend on its worker count.
+DEFAULT_OPTIMIZER = "sgd"
+BENCH_OPTIMIZERS = tuple(name for name in OPTIMIZERS if name != AUTO)
+# The plain-Horovod reference (plain_horovod.py) trains SGD with momentum only.
+REFERENCE_OPTIMIZER = "sgd"
+
+# What each setup is: (flag, add_argument's keywords), in the order --help lists them.
+SETUP_OPTIONS = (
+    ("--synthetic-shape", dict(
+        default=None, metavar="HxWxC",
+        help="image shape (default: 28x28x1 for lenet, 32x32x3 for the CIFAR ResNets, "
+             "224x224x3 otherwise)")),
+    ("--optimizer", dict(
+        default=DEFAULT_OPTIMIZER, metavar="{" + ",".join(BENCH_OPTIMIZERS) + "}",
+        help="inner optimizer of every setup at every worker count, as `hvdtrain train "
+             "--optimizer` builds it (with lamb, local mode's rounds are rescaled and travel "
+             "in int4 by default, as in training); rows record it. Not auto, which would "
+             "take LAMB from a global batch of 1,024 and SGD below it, so rows at different "
+             "worker counts would time different optimizers. --modes horovod, bare Horovod "
+             f"on SGD, needs {REFERENCE_OPTIMIZER} (default: {DEFAULT_OPTIMIZER})")),
+    ("--modes", dict(
+        default="sync,local,independent",
+        help="comma-separated modes to measure, of: " + ", ".join(MODES) + ", and hlocal, "
+             "hasync: hierarchical local and async (sync inside a host; with --hosts and "
+             "--slots or a hostfile of several slots) (default: sync,local,independent)")),
+    ("--n-sync", dict(
+        default="10,100",
+        help="local mode: steps between averagings, comma-separated; one setup each "
+             "(default: 10,100)")),
+    ("--round-fragments", dict(
+        default="1", metavar="F[,F...]",
+        help="local and async modes: one setup per value, whose rounds each average one of "
+             "F fragments of the model in turn (1: the whole model); rows give the bytes of "
+             "a round (bytes_per_round) and of the largest fragment's (largest_burst_bytes) "
+             "(default: 1)")),
+    ("--round-compression", dict(
+        default=None, metavar="C[,C...]",
+        help="local and async modes, timed rounds (--sync-seconds) too: one setup per value, "
+             "crossed with --n-sync and --round-fragments, whose rounds travel as `hvdtrain "
+             "train --round-compression` sends them (none with --fp16-allreduce: fp16), of: "
+             + ", ".join(ROUND_COMPRESSIONS) + ". Rows record it. A compressed row's "
+             "bytes_per_round (and largest_burst_bytes) count what a worker hands to a "
+             "round: int8 codes, one byte a value (int4: half a byte), plus a float32 scale "
+             "per chunk of at most 1,024 values; or fp16, two bytes a value; padded to one "
+             "whole shard per worker (default: training's, per setup: "
+             f"{DEFAULT_ROUND_COMPRESSION['local']} in local mode, "
+             f"{RESCALED_ROUND_COMPRESSION} for its rescaled rounds (--optimizer lamb), "
+             f"{DEFAULT_ROUND_COMPRESSION['async']} in async mode)")),
+    ("--bucket-mb", dict(
+        default=DEFAULT_BUCKET_MB, metavar="SPEC[,SPEC...]",
+        help="sync mode: how gradients are grouped for allreduce, one setup per value: auto "
+             "(about 8 groups of the model's gradients), auto:K (K groups), or a size in MB "
+             f"(25; 0: one group) (default: {DEFAULT_BUCKET_MB})")),
+    ("--sync-seconds", dict(
+        default=None, metavar="T[,T...]",
+        help="local and async modes: also one setup per value with rounds every T seconds "
+             "of each worker's wall time instead of every --n-sync steps, so a faster worker "
+             "takes more steps (default: none)")),
+)
+# How and where the setups are measured; --hosts and --slots come after these.
+JOB_OPTIONS = (
+    ("--workers", dict(
+        default=None,
+        help="worker counts, comma-separated, one job each (default: 1, or the job's own "
+             "size under horovodrun)")),
+    ("--hostfile", dict(
+        default=None,
+        help="horovodrun hostfile (lines 'host slots=N'); jobs take its first K slots "
+             "(default: all workers on this machine)")),
+    ("--steps", dict(
+        type=int, default=50,
+        help="timed steps per setup, rounded up to whole --n-sync periods in local mode "
+             "(default: 50)")),
+    ("--warmup-steps", dict(
+        type=int, default=10,
+        help="steps run before timing starts: tracing, pipeline start-up (default: 10)")),
+    ("--window", dict(
+        type=int, default=10,
+        help="steps per window for the 95%% intervals of a single measurement (default: 10)")),
+    ("--repeats", dict(
+        type=int, default=1,
+        help="measure every setup this many times, taking turns; rates are then the mean "
+             "and the 95%% intervals come from the spread between repeats (default: 1)")),
+    ("--link-rate", dict(
+        default=None, metavar="RATE",
+        help="run each job in a private network namespace whose loopback is shaped to RATE "
+             "(tc units: 10gbit, 1gbit, 100mbit), to emulate links between nodes, zones or "
+             "regions; needs root (default: the unshaped loopback)")),
+)
+# How each worker of a job runs, and where the results go.
+WORKER_OPTIONS = (
+    ("--slow-rank", dict(
+        default=None, metavar="RANK:FACTOR",
+        help="make one worker's steps FACTOR times slower (1:2: rank 1 at half speed), as "
+             "a slower GPU or a noisy neighbour would; rounds and allreduces are not slowed "
+             "(default: all at full speed)")),
+    ("--pin-cores", dict(
+        action="store_true",
+        help="give each worker of a machine its own equal share of the cores (all its "
+             "threads, Horovod's too), as each would own a GPU; without it a waiting or "
+             "--slow-rank worker lends its cores to the others (default: workers share all "
+             "cores)")),
+    ("--host-data", dict(
+        action="store_true",
+        help="feed the synthetic images through an in-memory tf.data pipeline (default: one "
+             "random batch per worker, made and kept on its device, so that no "
+             "host-to-device copy is timed)")),
+    ("--out", dict(
+        default=None,
+        help="folder for bench.json, bench.csv and job logs (default: "
+             "runs/bench-<time>-<model>)")),
+)
+
+
 def add_parser(commands) -> None:
     parser = commands.add_parser(
         "bench", help="training throughput and scaling on synthetic data",
         description=DESCRIPTION, epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_options(parser, CONFIG_OPTIONS)
-    parser.add_argument("--synthetic-shape", default=None, metavar="HxWxC",
-                        help="image shape (default: 28x28x1 for lenet, 32x32x3 for the CIFAR "
-                             "ResNets, 224x224x3 otherwise)")
-    parser.add_argument("--modes", default="sync,local,independent",
-                        help="comma-separated modes to measure, of: " + ", ".join(MODES) +
-                             ", and hlocal, hasync: hierarchical local and async (sync inside "
-                             "a host; with --hosts and --slots or a hostfile of several slots) "
-                             "(default: sync,local,independent)")
-    parser.add_argument("--n-sync", default="10,100",
-                        help="local mode: steps between averagings, comma-separated; one setup "
-                             "each (default: 10,100)")
-    parser.add_argument("--round-fragments", default="1", metavar="F[,F...]",
-                        help="local and async modes: one setup per value, whose rounds each "
-                             "average one of F fragments of the model in turn (1: the whole "
-                             "model); rows give the bytes of a round (bytes_per_round) and of "
-                             "the largest fragment's (largest_burst_bytes) (default: 1)")
-    parser.add_argument("--round-compression", default="none", metavar="C[,C...]",
-                        help="local and async modes, timed rounds (--sync-seconds) too: one "
-                             "setup per value, crossed with --n-sync and --round-fragments, "
-                             "whose rounds travel as `hvdtrain train --round-compression` sends "
-                             "them (none with --fp16-allreduce: fp16), of: "
-                             + ", ".join(ROUND_COMPRESSIONS) + ". A compressed "
-                             "row's bytes_per_round (and largest_burst_bytes) count what a "
-                             "worker hands to a round: int8 codes, one byte a value (int4: "
-                             "half a byte), plus a float32 scale per chunk of at most 1,024 "
-                             "values; or fp16, two "
-                             "bytes a value; padded to one whole shard per worker (default: "
-                             "none)")
-    parser.add_argument("--bucket-mb", default=DEFAULT_BUCKET_MB, metavar="SPEC[,SPEC...]",
-                        help="sync mode: how gradients are grouped for allreduce, one setup per "
-                             "value: auto (about 8 groups of the model's gradients), auto:K (K "
-                             "groups), or a size in MB (25; 0: one group) (default: "
-                             f"{DEFAULT_BUCKET_MB})")
-    parser.add_argument("--sync-seconds", default=None, metavar="T[,T...]",
-                        help="local and async modes: also one setup per value with rounds every "
-                             "T seconds of each worker's wall time instead of every --n-sync "
-                             "steps, so a faster worker takes more steps (default: none)")
-    parser.add_argument("--workers", default=None,
-                        help="worker counts, comma-separated, one job each (default: 1, or the "
-                             "job's own size under horovodrun)")
-    parser.add_argument("--hostfile", default=None,
-                        help="horovodrun hostfile (lines 'host slots=N'); jobs take its first "
-                             "K slots (default: all workers on this machine)")
-    parser.add_argument("--steps", type=int, default=50,
-                        help="timed steps per setup, rounded up to whole --n-sync periods in "
-                             "local mode (default: 50)")
-    parser.add_argument("--warmup-steps", type=int, default=10,
-                        help="steps run before timing starts: tracing, pipeline start-up "
-                             "(default: 10)")
-    parser.add_argument("--window", type=int, default=10,
-                        help="steps per window for the 95%% intervals of a single measurement "
-                             "(default: 10)")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="measure every setup this many times, taking turns; rates are then "
-                             "the mean and the 95%% intervals come from the spread between "
-                             "repeats (default: 1)")
-    parser.add_argument("--link-rate", default=None, metavar="RATE",
-                        help="run each job in a private network namespace whose loopback is "
-                             "shaped to RATE (tc units: 10gbit, 1gbit, 100mbit), to emulate "
-                             "links between nodes, zones or regions; needs root "
-                             "(default: the unshaped loopback)")
+    for flag, keywords in SETUP_OPTIONS + JOB_OPTIONS:
+        parser.add_argument(flag, **keywords)
     add_hosts_option(parser, "job", "; --workers defaults to N")
-    parser.add_argument("--slow-rank", default=None, metavar="RANK:FACTOR",
-                        help="make one worker's steps FACTOR times slower (1:2: rank 1 at half "
-                             "speed), as a slower GPU or a noisy neighbour would; rounds and "
-                             "allreduces are not slowed (default: all at full speed)")
-    parser.add_argument("--pin-cores", action="store_true",
-                        help="give each worker of a machine its own equal share of the cores "
-                             "(all its threads, Horovod's too), as each would own a GPU; without "
-                             "it a waiting or --slow-rank worker lends its cores to the others "
-                             "(default: workers share all cores)")
-    parser.add_argument("--host-data", action="store_true",
-                        help="feed the synthetic images through an in-memory tf.data pipeline "
-                             "(default: one random batch per worker, made and kept on its "
-                             "device, so that no host-to-device copy is timed)")
-    parser.add_argument("--out", default=None,
-                        help="folder for bench.json, bench.csv and job logs "
-                             "(default: runs/bench-<time>-<model>)")
+    for flag, keywords in WORKER_OPTIONS:
+        parser.add_argument(flag, **keywords)
     parser.set_defaults(handler=run)
 
 
@@ -181,17 +228,14 @@ def _setups(args, cfg) -> list[dict]:
                   warmup_steps=args.warmup_steps, window=args.window, seed=cfg.seed, xla=cfg.xla,
                   mixed_precision=cfg.mixed_precision, fp16_allreduce=cfg.fp16_allreduce,
                   data="host" if args.host_data else "device",
+                  optimizer=_bench_optimizer(args.optimizer),
                   slow_rank=slow[0] if slow else None, slow_factor=slow[1] if slow else 1.0)
     periods = parse_seconds_list(args.sync_seconds, "--sync-seconds") if args.sync_seconds else []
     bucket_specs = parse_bucket_list(args.bucket_mb)
     fragments = parse_int_list(args.round_fragments, "--round-fragments")
-    # As `hvdtrain train` sends them: --fp16-allreduce's uncompressed rounds go as fp16.
-    compressions = list(dict.fromkeys(
-        rounds_compression(c, cfg.fp16_allreduce) for c in parse_choice_list(
-            args.round_compression, "--round-compression", ROUND_COMPRESSIONS)))
+    compressions = _round_compressions(args.round_compression, cfg.fp16_allreduce)
     setups = []
-    for name in dict.fromkeys(parse_choice_list(args.modes, "--modes",
-                                                (*MODES, *HIERARCHICAL_OF))):
+    for name in _modes(args.modes, args.optimizer):
         mode, hierarchical = HIERARCHICAL_OF.get(name, name), name in HIERARCHICAL_OF
         local = mode in LOCAL_MODES
         n_syncs = parse_int_list(args.n_sync, "--n-sync") if local else [None]
@@ -204,6 +248,35 @@ def _setups(args, cfg) -> list[dict]:
             setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t, round_compression=c)
                        for t in periods for c in compressions]
     return setups
+
+
+def _round_compressions(text: str | None, fp16_allreduce: bool) -> list[str | None]:
+    """--round-compression's values, each once. [None] when not given: each setup's run
+    takes its mode's default from the config (`TrainConfig.resolved`), as `hvdtrain train`
+    does, and the job records what that was (`throughput.settled`)."""
+    if text is None:
+        return [None]
+    # As `hvdtrain train` sends them: --fp16-allreduce's uncompressed rounds go as fp16.
+    return list(dict.fromkeys(rounds_compression(c, fp16_allreduce) for c in parse_choice_list(
+        text, "--round-compression", ROUND_COMPRESSIONS)))
+
+
+def _bench_optimizer(name: str) -> str:
+    if name not in BENCH_OPTIMIZERS:
+        raise ConfigError(f"--optimizer must be one of {', '.join(BENCH_OPTIMIZERS)} (one "
+                          f"optimizer at every worker count, so not {AUTO}), got {name!r}")
+    return name
+
+
+def _modes(text: str, optimizer: str) -> list[str]:
+    """--modes, each once; the plain-Horovod reference only beside setups of its optimizer,
+    since its ratio to sync mode is read as hvdtrain's overhead."""
+    modes = list(dict.fromkeys(parse_choice_list(text, "--modes", (*MODES, *HIERARCHICAL_OF))))
+    if "horovod" in modes and optimizer != REFERENCE_OPTIMIZER:
+        raise ConfigError(f"--modes horovod times bare Horovod on {REFERENCE_OPTIMIZER}, got "
+                          f"--optimizer {optimizer}: leave horovod out of --modes, or give "
+                          f"--optimizer {REFERENCE_OPTIMIZER}")
+    return modes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,6 +345,7 @@ def _measure_this_job(args, setups, workers) -> int:
 
 
 CSV_COLUMNS = ("model", "label", "mode", "n_sync", "sync_seconds", "workers", "batch_per_worker", "shape",
+               "optimizer",
                "total_images_per_sec", "total_ci95", "per_worker_images_per_sec", "per_worker_ci95",
                "speedup", "efficiency", "step_seconds", "communication_share", "bytes_per_step",
                "seconds_per_exchange", "round_share", "timed_steps", "repeats", "parameters",
@@ -297,7 +371,8 @@ def _report(rows: list[dict], host: dict, out: str, link_rate: str | None = None
     write_csv(os.path.join(out, "bench.csv"), rows, CSV_COLUMNS)
     where = where or topology(None, link_rate)
     nics = f", a NIC per worker on {len(where['hosts'])} emulated hosts" if "hosts" in where else ""
-    print(f"link: {link_rate or 'unshaped loopback'}{nics}")
+    print(f"link: {link_rate or 'unshaped loopback'}{nics}; optimizer: "
+          f"{', '.join(dict.fromkeys(str(r.get('optimizer')) for r in rows))}")
     print(format_table(rows))
     for count, (ratio, ci) in overhead.items():
         print(f"plain Horovod vs hvdtrain sync, {count} worker(s): {ratio:+.1%} ± {ci:.1%} "

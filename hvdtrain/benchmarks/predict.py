@@ -21,6 +21,12 @@ the bench has no multi-worker rows of is refused. A compressed round's bytes are
 bench's at every worker count: int8's padding and scales at another count differ by
 under a value and a scale per chunk of 1,024 and per worker, left out.
 
+A bench's rows, and those of its --check benches, must have timed one inner optimizer
+(`bench --optimizer`, recorded in each row): a step's compute is averaged over its rows,
+and SGD's and LAMB's steps differ. Rows of benches from before rows recorded it are
+taken as SGD where `--optimizer auto` took SGD in every version, and refused where it
+may have taken LAMB.
+
 For hardware other than the bench's, `--step-seconds` and `--batch-size` give the
 compute of one worker's step there (a published measurement); the bench then gives only
 the bytes. `--time-to-target` turns the throughput into wall time to an accuracy, with the
@@ -46,6 +52,7 @@ from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload,
                                 sync_extra_seconds)
 from hvdtrain.errors import ConfigError
 from hvdtrain.links import parse_rate
+from hvdtrain.optimizer_choice import auto_optimizer
 
 EXAMPLE = """\
 example:
@@ -61,6 +68,8 @@ COLUMNS = ("model", "mode", "n_sync", "hierarchical", "round_fragments", "round_
            "bytes_per_round", "largest_burst_bytes", "burst_over_compute")
 # A setup to predict: (mode, n_sync, hierarchical, round form).
 Setup = tuple[str, int, bool, RoundForm]
+# A bench row that does not say which optimizer it timed and may have run LAMB.
+UNKNOWN_OPTIMIZER = "unknown"
 
 
 def add_parser(commands) -> None:
@@ -120,6 +129,55 @@ def add_parser(commands) -> None:
                         help="folder for predict.json, predict.csv and predict.png "
                              "(default: the folder of BENCH_JSON)")
     parser.set_defaults(handler=run)
+
+
+def row_optimizer(row: dict) -> str:
+    """The inner optimizer a bench row timed. Rows from before bench recorded it trained
+    `--optimizer auto` (the plain-Horovod reference: SGD). Auto's rule only ever added
+    cases where it takes LAMB, from a global batch of 1,024, so where today's rule takes
+    SGD every version did; where it takes LAMB an older one may have taken SGD: unknown,
+    rather than a guess that would let predict average SGD's steps with LAMB's."""
+    if "optimizer" in row:
+        return row["optimizer"]
+    if row["mode"] == "horovod":
+        return "sgd"
+    mode = "local" if row["mode"] == "independent" else row["mode"]
+    chosen = auto_optimizer(mode, row["workers"] * row["batch_per_worker"], elastic=False,
+                            nesterov=False, hierarchical=bool(row.get("hierarchical")))
+    return "sgd" if chosen == "sgd" else UNKNOWN_OPTIMIZER
+
+
+def bench_optimizer(bench: dict, path: str) -> str | None:
+    """The one optimizer every row of the bench at `path` timed. Rows of two are refused:
+    a step's compute (the independent rows' mean) and a sync step's extra would average
+    SGD's and LAMB's steps, and a round's bytes would be another optimizer's."""
+    found: dict[str, dict] = {}
+    for row in bench["rows"]:
+        found.setdefault(row_optimizer(row), row)  # the first row of each, to name
+    unknown = found.get(UNKNOWN_OPTIMIZER)
+    if unknown is not None:
+        raise ConfigError(
+            f"{path}: its {unknown.get('label', unknown['mode'])} row at {unknown['workers']} x "
+            f"{unknown['batch_per_worker']} does not say which optimizer it timed (benches "
+            f"from before rows recorded it trained --optimizer auto, which may have taken "
+            f"lamb there and sgd at fewer workers); run `hvdtrain bench` again")
+    if len(found) > 1:
+        first, second = list(found)[:2]
+        raise ConfigError(f"{path} holds rows of --optimizer {first} and {second}: predict "
+                          f"from a bench of one optimizer (`hvdtrain bench --optimizer`)")
+    return next(iter(found), None)
+
+
+def same_optimizer(bench: dict, path: str, others: list[tuple[str, dict]]) -> str | None:
+    """The optimizer of the bench at `path`, which every (path, bench) of `others` must
+    share: --check predicts their rows with its bytes and floors."""
+    optimizer = bench_optimizer(bench, path)
+    for other_path, other in others:
+        theirs = bench_optimizer(other, other_path)
+        if theirs != optimizer:
+            raise ConfigError(f"--check {other_path} timed --optimizer {theirs} and {path} "
+                              f"--optimizer {optimizer}: check a bench of the same optimizer")
+    return optimizer
 
 
 def step_triggered(bench: dict) -> dict:
@@ -325,8 +383,11 @@ def checks(work_for: Callable[[str, RoundForm], Workload], shaped: dict, latency
 
 def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
-    bench = step_triggered(read_input(args.bench_json, "rows", "a bench.json"))
-    shaped = [step_triggered(read_input(path, "rows", "a bench.json")) for path in args.check]
+    bench = read_input(args.bench_json, "rows", "a bench.json")
+    checked_benches = [(path, read_input(path, "rows", "a bench.json")) for path in args.check]
+    optimizer = same_optimizer(bench, args.bench_json, checked_benches)
+    bench = step_triggered(bench)
+    shaped = [step_triggered(other) for _, other in checked_benches]
     floor = not args.no_floor and args.step_seconds is None  # a floor is this machine's
 
     def work_for(mode: str, form: RoundForm = RoundForm()) -> Workload:
@@ -351,7 +412,8 @@ def run(args: argparse.Namespace) -> int:
     to_target = time_to_target(args.time_to_target, rows, work,
                                bool(bench["rows"][0].get("fp16_allreduce")))
     files.write_json(os.path.join(out, "predict.json"), {
-        "bench": args.bench_json, "workload": asdict(work), "latency_us": args.latency,
+        "bench": args.bench_json, "optimizer": optimizer, "workload": asdict(work),
+        "latency_us": args.latency,
         "workers_per_link": args.workers_per_link, "workers_per_host": hierarchy.workers_per_host,
         "host_link_rate": args.host_link_rate,
         "rows": rows, "checks": checked, "time_to_target": to_target})

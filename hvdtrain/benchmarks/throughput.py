@@ -15,7 +15,7 @@ import platform
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import keras
@@ -23,15 +23,18 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.buckets import gradient_buckets, parse_bucket_spec
+from hvdtrain.benchmarks.bench import DEFAULT_OPTIMIZER
 from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
                                          rounded_steps, worker_throughput)
 from hvdtrain.benchmarks.timing import SlowerSteps, StepTimer, all_workers, seconds_per_call
-from hvdtrain.config import DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_shape
+from hvdtrain.config import (DEFAULT_BUCKET_MB, LOCAL_MODES, load_config, parse_shape,
+                             rounds_compression)
 from hvdtrain.errors import ConfigError
 from hvdtrain.keras.fragmented_rounds import FragmentedAverager
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import variable_bytes
+from hvdtrain.plan import Job, settle
 from hvdtrain.training.start import StartedWorker, start_worker
 
 DATASET_OF = {"device": "synthetic-device", "host": "synthetic"}
@@ -60,7 +63,10 @@ class Setup:
     sync_seconds: float | None = None  # local modes: rounds every T seconds, not n_sync steps
     hierarchical: bool = False  # local modes: gradients averaged every step inside a host
     round_fragments: int = 1  # local modes: a round averages one of this many fragments
-    round_compression: str = "none"  # local modes: how a round travels (ROUND_COMPRESSIONS)
+    # Local modes: how a round travels (ROUND_COMPRESSIONS); None: the mode's default as
+    # `hvdtrain train` resolves it, made concrete by `settled` before it is measured.
+    round_compression: str | None = None
+    optimizer: str = DEFAULT_OPTIMIZER  # the inner optimizer (the horovod reference's is SGD)
 
     @property
     def form(self) -> RoundForm:
@@ -88,12 +94,28 @@ def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
     return load_config(None, dict(
         model=setup.model, dataset=DATASET_OF[setup.data], synthetic_shape=setup.shape,
         batch_size=setup.batch_size, epochs=1, steps_per_epoch=total_steps, seed=setup.seed,
-        mode=mode, **local,
+        mode=mode, optimizer=setup.optimizer, **local,
         # Random labels: a small constant rate keeps every model finite.
         base_lr=0.001, warmup_epochs=0.0, lr_decay="constant", validate=False,
         checkpoint_every="1000epochs", xla=setup.xla, mixed_precision=setup.mixed_precision,
         fp16_allreduce=setup.fp16_allreduce, bucket_mb=setup.bucket_mb,
         hierarchical_sgd=setup.hierarchical, pin_cores=pin_cores, out=out))
+
+
+def settled(setup: Setup, workers: int) -> Setup:
+    """`setup` as a job of `workers` trains it: the optimizer and round compression of its
+    run's settled plan (`hvdtrain.plan.settle`, as the runner trains by it), so that its
+    row and label say what was timed. A compression left to the mode comes from the config
+    (int8 in local mode, int4 for rescaled rounds); --fp16-allreduce's uncompressed rounds
+    are fp16 rounds. The plain-Horovod reference trains SGD as it is (`plain_horovod`)."""
+    if setup.mode == "horovod":
+        return replace(setup, round_compression="none")
+    steps = setup.warmup_steps + rounded_steps(
+        setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
+    cfg = settle(train_config(setup, steps, "", False), Job(workers)).config
+    compression = (rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
+                   if setup.mode in LOCAL_MODES else setup.round_compression or "none")
+    return replace(setup, optimizer=cfg.optimizer, round_compression=compression)
 
 
 def _gradient_exchange(model: keras.Model, fp16: bool):
@@ -109,10 +131,12 @@ def _gradient_exchange(model: keras.Model, fp16: bool):
 
 def measure(setup: Setup, pin_cores: bool = False) -> dict:
     """Train `setup` on every worker of this job (started by `start_job` with the same
-    `pin_cores`); the row of results, on every worker."""
+    `pin_cores`); the row of results, on every worker, naming the optimizer and round
+    compression it trained with (`settled`)."""
     from hvdtrain.training.runner import train
 
     keras.backend.clear_session()
+    setup = settled(setup, comm.size())
     steps = rounded_steps(setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
     total_steps = setup.warmup_steps + steps
     timer = StepTimer(setup.warmup_steps)
@@ -268,7 +292,7 @@ def run_setups(setups: list[Setup], repeats: int = 1,
             row = measure(setup, pin_cores)
             rows.append(row)
             if comm.is_chief():
-                print(f"hvdtrain: {setup.model} {setup.label}, {row['workers']} worker(s), "
+                print(f"hvdtrain: {setup.model} {row['label']}, {row['workers']} worker(s), "
                       f"repeat {repeat + 1}/{repeats}: {row['total_images_per_sec']:.1f} ± "
                       f"{row['total_ci95']:.1f} images/sec (by rank: "
                       f"{' / '.join(f'{r:.1f}' for r in row['worker_images_per_sec'])})",
