@@ -13,8 +13,8 @@ import sys
 from hvdtrain import __version__, quiet
 from hvdtrain.benchmarks import bench as model_bench, compare, experiments, learning_curves, predict
 from hvdtrain.cluster import command as cluster
-from hvdtrain.config import TrainConfig, load_config
-from hvdtrain.config_options import add_config_options
+from hvdtrain.config import load_config
+from hvdtrain.config_options import add_config_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.training.start import start_worker
 
@@ -164,9 +164,7 @@ def _plan(args: argparse.Namespace) -> int:
     from hvdtrain.plan import settle
 
     job = _plan_job(args)
-    overrides = {name: getattr(args, name) for name in TrainConfig.field_names()
-                 if hasattr(args, name)}
-    plan = settle(load_config(args.config, overrides), job)
+    plan = settle(config_of(args), job)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
@@ -191,10 +189,8 @@ def _accept_verbose_after_the_command(commands) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    overrides = {name: getattr(args, name) for name in TrainConfig.field_names()
-                 if hasattr(args, name)}
     # Validate before importing TensorFlow: a typo should cost a second, not a minute.
-    cfg = load_config(args.config, overrides)
+    cfg = config_of(args)
     # Also before the runner's import: a host too small for its workers says so before
     # TensorFlow's import fills it (start_worker imports TensorFlow only after its check).
     start_worker(cfg)

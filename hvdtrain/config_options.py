@@ -11,7 +11,7 @@ import dataclasses
 import types
 import typing
 
-from hvdtrain.config import TrainConfig
+from hvdtrain.config import TrainConfig, load_config
 
 
 def field_type(tp):
@@ -68,3 +68,12 @@ def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
         parser.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
                             metavar="{" + ",".join(choices) + "}" if choices else f.name.upper(),
                             help=help_text)
+
+
+def config_of(args: argparse.Namespace) -> TrainConfig:
+    """The validated config `hvdtrain train` (and `plan`) runs: the defaults, then
+    --config FILE.yaml, then the options given (`add_config_options` leaves the others
+    out of `args`). A sweep loads each of its runs' configs with it too, as they will."""
+    overrides = {name: getattr(args, name) for name in TrainConfig.field_names()
+                 if hasattr(args, name)}
+    return load_config(args.config, overrides)

@@ -11,6 +11,7 @@ import sys
 import pytest
 import yaml
 
+from hvdtrain.benchmarks import experiments
 from hvdtrain.benchmarks.experiments import GridRun, _failure, grid, saved_round_form
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels, plot_runs,
@@ -223,6 +224,55 @@ def test_bad_sweep_options_exit_non_zero_before_any_run(argv, message, tmp_path,
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "sweep" / "runs").exists()
+
+
+@pytest.mark.parametrize("shared, modes, refused", [
+    (["--no-epoch-rounds"], "sync,local,async",
+     "w2-async-n2-cold (async) would be refused: --epoch-rounds needs --mode local"),
+    (["--optimizer", "lamb", "--rescale-rounds"], "local,hlocal",
+     "w2-hlocal-n2-cold (hlocal) would be refused: --rescale-rounds needs flat rounds of the "
+     "whole model, got --hierarchical-sgd"),
+    (["--outer-optimizer", "slowmo", "--outer-momentum", "0.5"], "local,async",
+     "w2-async-n2-cold (async) would be refused: --mode async takes the plain average"),
+])
+def test_a_run_its_mode_refuses_stops_the_sweep_before_any_run_trains(shared, modes, refused,
+                                                                        tmp_path, capsys,
+                                                                        monkeypatch):
+    # Local mode takes each of these shared options; the later runs' modes do not.
+    trained = []
+    monkeypatch.setattr(experiments, "run_job", lambda command, log_path: trained.append(
+        command) or subprocess.CompletedProcess(command, 1))
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--out", str(out), "--workers", "1,2", "--n-sync", "2,10", "--start",
+                 "cold", "--modes", modes, *shared]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hvdtrain: error: sweep run {refused}") and len(err.splitlines()) == 1
+    mode = refused.split("(")[1].split(")")[0]
+    assert err.endswith(f"; nothing has trained: change the shared options, or leave {mode} "
+                        f"out of --modes")
+    assert trained == [] and not out.exists()
+
+
+def test_every_grid_run_is_loaded_as_its_own_train_command_loads_it(tmp_path):
+    from hvdtrain.benchmarks.experiments import check_runs, run_config
+
+    # Sync runs put back what local runs share and sync refuses; the others take it.
+    base = load_config(None, {"mode": "local", "outer_optimizer": "slowmo",
+                              "outer_momentum": 0.5, "seed": 7})
+    runs = grid([1, 4], [2], ["cold", "warm"], ("sync", "local", "hlocal"), slots=2)
+    check_runs(runs, base, 50, str(tmp_path / "sweep"))
+    assert not (tmp_path / "sweep").exists()  # checking writes nothing there
+    base.save_yaml(str(tmp_path / "base.yaml"))
+    parser = build_parser()
+    configs = {run.run_name: run_config(parser, run, str(tmp_path / "base.yaml"), 50,
+                                        str(tmp_path / run.run_name)) for run in runs}
+    assert {name: (cfg.mode, cfg.outer_optimizer, cfg.hierarchical_sgd, cfg.warm_start_steps)
+            for name, cfg in configs.items()} == {
+        "w1": ("sync", "none", False, 0), "w4-sync": ("sync", "none", False, 0),
+        "w4-n2-cold": ("local", "slowmo", False, 0), "w4-n2-warm": ("local", "slowmo", False, 50),
+        "w4-hlocal-n2-cold": ("local", "slowmo", True, 0)}
+    assert {cfg.seed for cfg in configs.values()} == {7}
+    assert configs["w4-n2-cold"].out == str(tmp_path / "w4-n2-cold")
 
 
 @pytest.mark.long

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from dataclasses import dataclass, replace
 
 from hvdtrain.benchmarks.diverged_runs import (DIVERGED, FINISHED, described, first_error,
@@ -38,7 +39,7 @@ from hvdtrain.benchmarks.seeds import (SETTING_COLUMNS, add_seeds_option, format
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
 from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
                              parse_choice_list, parse_int_list, refused_in)
-from hvdtrain.config_options import add_config_options
+from hvdtrain.config_options import add_config_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.periods import PeriodError, parse_period, period_label
 from hvdtrain.stats import sliding_mean
@@ -251,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     if set(starts) & set(WARM_START_OF) and args.warm_start_steps <= 0:
         raise ConfigError(f"--warm-start-steps must be positive for a warm or single start, "
                           f"got {args.warm_start_steps}")
+    check_runs(runs, base, args.warm_start_steps, args.out)
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     base_path = os.path.join(args.out, "base.yaml")
     files.atomic_write(base_path, base.save_yaml)
@@ -260,6 +262,55 @@ def run(args: argparse.Namespace) -> int:
     add_time_to_target(rows, run_dirs, args.target)
     _report(args, base, rows, run_dirs, summarize_seeds(rows) if seeds else None)
     return 0
+
+
+def check_runs(runs: list[GridRun], base: TrainConfig, warm_start_steps: int, out: str) -> None:
+    """Load every run's config as its own `hvdtrain train` will (base.yaml, then its grid
+    options), before the first trains: a shared option that a run's mode refuses is
+    refused now, in one line naming the run, not after hours of the runs before it.
+
+    Such options are not put back per run, as sync runs put back the local runs' own
+    (`_grid_options`): sync is the reference every sweep has, while --no-epoch-rounds,
+    --rescale-rounds or an outer optimizer are what a user asked the local runs to train
+    with, and quietly leaving them out of the async or hierarchical runs would make the
+    sweep compare more than the mode. The user chooses: drop the option or the mode."""
+    from hvdtrain.cli import build_parser  # the CLI imports this module
+
+    parser = build_parser()
+    with tempfile.TemporaryDirectory(prefix="hvdtrain-sweep-") as folder:
+        base_path = os.path.join(folder, "base.yaml")  # nothing in --out before all pass
+        base.save_yaml(base_path)
+        for grid_run in runs:
+            try:
+                run_config(parser, grid_run, base_path, warm_start_steps,
+                           os.path.join(out, "runs", grid_run.run_name))
+            except ConfigError as exc:
+                raise _refused(grid_run, exc) from None
+
+
+def _refused(grid_run: GridRun, exc: ConfigError) -> ConfigError:
+    """The one line for a run whose config is refused: the run, its mode, why, and what to
+    change (the one-worker reference run is not one of --modes)."""
+    mode = grid_run.mode if grid_run.n_sync else "sync"
+    change = ("change the shared options" if grid_run.workers == 1 else
+              f"change the shared options, or leave {mode} out of --modes")
+    return ConfigError(f"sweep run {grid_run.run_name} ({mode}) would be refused: {exc}; "
+                       f"nothing has trained: {change}")
+
+
+def train_argv(grid_run: GridRun, base_path: str, warm_start_steps: int,
+               run_dir: str) -> list[str]:
+    """The words after `hvdtrain` that train the run."""
+    return ["train", "--config", base_path, *grid_run.train_options(warm_start_steps),
+            "--out", run_dir]
+
+
+def run_config(parser: argparse.ArgumentParser, grid_run: GridRun, base_path: str,
+               warm_start_steps: int, run_dir: str) -> TrainConfig:
+    """The validated config the run's `hvdtrain train` loads, parsed by `parser` (the
+    CLI's) as that command parses it."""
+    return config_of(parser.parse_args(train_argv(grid_run, base_path, warm_start_steps,
+                                                  run_dir)))
 
 
 def _train_or_skip(args: argparse.Namespace, grid_run: GridRun, number: int, count: int,
@@ -281,8 +332,8 @@ def _train(args: argparse.Namespace, grid_run: GridRun, number: str, base_path: 
     any other failure stops the sweep."""
     log_path = run_dir + ".log"
     print(f"hvdtrain: sweep run {number}: {grid_run.run_name}; log: {log_path}", flush=True)
-    command = [tool("hvdtrain"), "train", "--config", base_path,
-               *grid_run.train_options(args.warm_start_steps), "--out", run_dir]
+    command = [tool("hvdtrain"), *train_argv(grid_run, base_path, args.warm_start_steps,
+                                             run_dir)]
     result = run_job(job_command(args, grid_run.workers, command), log_path)
     if is_divergence(result.returncode):
         marker = mark_diverged(run_dir, log_path)
