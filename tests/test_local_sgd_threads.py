@@ -134,3 +134,39 @@ def test_async_rounds_by_the_quadratic_rule_meet_when_workers_skip_different_ste
 
     first, second = run_workers(2, work, wait=30)
     assert first == second
+
+
+def test_hierarchical_rounds_give_every_worker_the_mean_of_all_workers_statistics():
+    """4 workers on 2 hosts of 2: a host's workers average gradients every step, so they
+    hold one set of weights, but each updates BatchNorm's moving statistics from its own
+    batches. A round across hosts, cut in host shards, must still leave every worker the
+    mean of all four workers' statistics."""
+    class Statistics(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.means: list[np.ndarray] = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            layer = next(l for l in self.model.layers if "batch_norm" in l.name)
+            self.means.append(layer.moving_mean.numpy().copy())
+
+    def work(rank):
+        with BUILDING:
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8),
+                                      keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+        model.compile(hk.with_gradient_averaging(keras.optimizers.SGD(0.1), within_host=True),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x, y = _data(comm.rank(), comm.size())
+        before, after = Statistics(), Statistics()
+        local = hk.LocalSGD(n_sync=2, hierarchical=True, round_compression="none")
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[before, local, after])
+        return np.stack(before.means), np.stack(after.means)
+
+    results = run_workers(4, work, hosts=[(0, 1), (2, 3)])
+    for step in (1, 3, 5):  # the rounds after steps 2, 4 and 6
+        mean_before = np.mean([before[step] for before, _ in results], axis=0)
+        for rank, (_, after) in enumerate(results):
+            np.testing.assert_allclose(after[step], mean_before, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"rank {rank} after step {step + 1}")
