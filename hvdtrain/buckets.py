@@ -14,7 +14,7 @@ layers) plus whatever the network has not yet carried. Two forces set the size:
 the choice.
 
 Specs: "auto"; "auto:K" (K groups); a number of MB ("25"; "0" for one group). The
-grouping itself, for a cap, is `hvdtrain.averaging.gradient_buckets`.
+grouping itself, for a cap, is `hvdtrain.rounds.averaging.gradient_buckets`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from hvdtrain.averaging import gradient_buckets  # the grouping itself, for a cap
+from hvdtrain.rounds.averaging import gradient_buckets  # the grouping itself, for a cap
 
 # Gradient groups sized to the model (hvdtrain.buckets): a fixed 25 MB left a small
 # model's gradients in one group that could leave only after back-propagation.

@@ -22,8 +22,8 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.host_layout import HostLayout, layout_from_environment, peer_groups
-from hvdtrain.launcher_lifetime import end_with_launcher
+from hvdtrain.machine.host_layout import HostLayout, layout_from_environment, peer_groups
+from hvdtrain.machine.launcher_lifetime import end_with_launcher
 
 
 _worlds_started = 0  # Horovod (re)starts in this process: each one is a new set of workers

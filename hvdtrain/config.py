@@ -21,7 +21,7 @@ import yaml
 from hvdtrain import divergence
 from hvdtrain.buckets import DEFAULT_BUCKET_MB, parse_bucket_spec
 from hvdtrain.errors import ConfigError
-from hvdtrain.periods import (LOCAL_MODES, AutoPeriod, PerWorkerPeriod, Period, PeriodError,
+from hvdtrain.rounds.periods import (LOCAL_MODES, AutoPeriod, PerWorkerPeriod, Period, PeriodError,
                               QuadraticPeriod, parse_period)
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, RESCALED_ROUND_COMPRESSION,  # noqa: F401
                                    ROUND_COMPRESSIONS, WARM_STARTS, rescales_by_default,
@@ -662,7 +662,7 @@ def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:
 
 
 def n_sync_period(cfg: TrainConfig) -> Period | None:
-    """--n-sync read as a period (`hvdtrain.periods`), None when not given; a bad one
+    """--n-sync read as a period (`hvdtrain.rounds.periods`), None when not given; a bad one
     raises ConfigError naming the flag."""
     if cfg.n_sync is None:
         return None

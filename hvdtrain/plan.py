@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from hvdtrain.config import TrainConfig
 from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
-from hvdtrain.periods import LOCAL_MODES, job_size, resolve_period
+from hvdtrain.rounds.periods import LOCAL_MODES, job_size, resolve_period
 from hvdtrain.rounds.payload import VALUE_BYTES, payload_bytes
 from hvdtrain.rounds.rules import rounds_compression
 from hvdtrain.schedules import lr_scaling_workers, scaled_lr

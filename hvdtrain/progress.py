@@ -44,7 +44,7 @@ class TrainingProgress:
       leave it out. Not kept by checkpoints either.
     - `own_steps`, `own_examples`: what this worker alone trained in this process.
     - `workers_in_step`: every worker takes the same steps, so the others' examples are
-      known as they happen. Rounds every T seconds (`hvdtrain.timed_rounds`) clear it:
+      known as they happen. Rounds every T seconds (`hvdtrain.rounds.timed`) clear it:
       `examples` is then what the last round reported plus this worker's own since, and
       `worker_steps` each worker's `own_steps` as that round reported them.
     """

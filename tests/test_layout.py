@@ -24,3 +24,24 @@ def test_the_plan_and_the_round_rules_load_without_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def _modules() -> set[str]:
+    """Every module of the package, as a path under hvdtrain/ ("rounds/periods.py")."""
+    return {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+            if path.name != "__init__.py"}
+
+
+def test_at_most_16_modules_stay_at_the_top_level():
+    top = sorted(name for name in _modules() if "/" not in name)
+    assert len(top) <= 16, top
+
+
+def test_the_layout_map_of_development_md_names_every_module():
+    text = (PACKAGE.parent / "docs" / "development.md").read_text()
+    layout = text[text.index("## Layout"):]
+    layout = layout[:layout.index("```", layout.index("```") + 3)]
+    missing = sorted(name for name in _modules()
+                     if not re.search(rf"(?<!\w){re.escape(pathlib.Path(name).name)}\b",
+                                      layout))
+    assert missing == [], "docs/development.md's layout map does not name these modules"

@@ -41,8 +41,8 @@ from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
                              parse_choice_list, parse_int_list, refused_in)
 from hvdtrain.config_options import add_config_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
-from hvdtrain.periods import PeriodError, parse_period, period_label
-from hvdtrain.stats import sliding_mean
+from hvdtrain.rounds.periods import PeriodError, parse_period, period_label
+from hvdtrain.benchmarks.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder
 

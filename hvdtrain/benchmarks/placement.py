@@ -9,7 +9,7 @@ import os
 
 from hvdtrain.benchmarks.launching import horovodrun_command, on_emulated_hosts
 from hvdtrain.errors import ConfigError
-from hvdtrain.links import check_link_options, over_link
+from hvdtrain.cluster.links import check_link_options, over_link
 
 
 def add_hosts_option(parser: argparse.ArgumentParser, what: str, more: str = "") -> None:

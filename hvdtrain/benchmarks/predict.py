@@ -1,7 +1,7 @@
 """`hvdtrain predict`: images/sec on other clusters, from one bench measurement.
 
 The bench gives the compute time of a step (its independent rows) and the bytes each
-mode allreduces; `hvdtrain.costmodel` adds ring allreduce over the links asked for.
+mode allreduces; `hvdtrain.benchmarks.costmodel` adds ring allreduce over the links asked for.
 A bench over an unshaped link also gives the hosts' floor: how long an exchange took
 when the link was not the limit, and what a sync step computes beyond an independent
 one. `--check` holds the model against benches run over emulated links: it predicts
@@ -47,11 +47,11 @@ from hvdtrain.benchmarks import predicted_speedup
 from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.buckets import parse_bucket_spec
 from hvdtrain.config import LOCAL_MODES, parse_int_list
-from hvdtrain.costmodel import (UNLIMITED, Hierarchy, Link, Workload,
+from hvdtrain.benchmarks.costmodel import (UNLIMITED, Hierarchy, Link, Workload,
                                 floor_of_whole_payload, predict, round_seconds,
                                 sync_extra_seconds)
 from hvdtrain.errors import ConfigError
-from hvdtrain.links import parse_rate
+from hvdtrain.cluster.links import parse_rate
 from hvdtrain.optimizer_choice import auto_optimizer
 
 EXAMPLE = """\

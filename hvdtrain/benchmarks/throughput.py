@@ -284,7 +284,7 @@ def run_setups(setups: list[Setup], repeats: int = 1,
                pin_cores: bool = False) -> tuple[list[dict], dict]:
     """Measure each setup `repeats` times in this job, taking turns so that a slow spell
     of the machine hits every setup alike; (rows, machine) on every worker. `pin_cores`
-    gives each worker its own share of the machine's cores (`hvdtrain.cpu_cores`)."""
+    gives each worker its own share of the machine's cores (`hvdtrain.machine.cpu_cores`)."""
     started = start_job(setups, pin_cores)
     measured: list[list[dict]] = [[] for _ in setups]
     for repeat in range(repeats):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from hvdtrain.machine_share import SHARED_MACHINE
+from hvdtrain.machine.share import SHARED_MACHINE
 
 # Where the image keeps the pid of the command a run starts in h1's container, so that
 # SIGINT reaches the command itself: `podman exec` does not pass signals on.

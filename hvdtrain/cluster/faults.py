@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.links import parse_rate
+from hvdtrain.cluster.links import parse_rate
 
 ACTIONS = ("down", "up", "kill", "slow")
 FORMAT = "at=30s|when=PATH host=h3 action=down|up|kill|slow:10mbit"

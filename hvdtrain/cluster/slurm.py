@@ -21,7 +21,7 @@ import time
 
 from hvdtrain.cluster.nodes import on_host, sh
 from hvdtrain.cluster.topology import Host
-from hvdtrain.hosts import slurm_node_states
+from hvdtrain.machine.hosts import slurm_node_states
 
 CONTROLLER = "h1"
 PARTITION = "hosts"

@@ -26,7 +26,7 @@ from hvdtrain.cluster.faults import Fault
 from hvdtrain.cluster.slurm import SlurmDaemons
 from hvdtrain.cluster.topology import Host
 from hvdtrain.files import write_json
-from hvdtrain.machine_share import SHARED_MACHINE
+from hvdtrain.machine.share import SHARED_MACHINE
 
 # After SIGINT/SIGTERM, the command gets this long to stop before everything is killed.
 GRACE_SECONDS = 10.0

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.links import QUEUE_LATENCY, burst_bytes, parse_rate
+from hvdtrain.cluster.links import QUEUE_LATENCY, burst_bytes, parse_rate
 
 # RFC 2544 sets 198.18.0.0/15 aside for benchmarking networks: nothing real lives there.
 SUBNET = "198.18.0"

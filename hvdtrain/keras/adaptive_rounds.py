@@ -1,5 +1,5 @@
 """`LocalSGD(n_sync="auto")`: the workers' training loss travels with the rounds, and the
-period follows it (`hvdtrain.round_triggers.AdaptivePeriod`).
+period follows it (`hvdtrain.rounds.triggers.AdaptivePeriod`).
 
 Each worker sums its own minibatch losses since the last round; a round sums the sums
 and the step counts over workers, so every worker learns the same mean loss and sets
@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.keras.kept_schedule import KeptSchedule
-from hvdtrain.round_triggers import AdaptivePeriod, LossSinceRound
+from hvdtrain.rounds.triggers import AdaptivePeriod, LossSinceRound
 
 REPORT_LENGTH = 2      # (sum of losses, steps)
 REPORT_BYTES = 8 * REPORT_LENGTH

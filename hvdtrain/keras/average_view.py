@@ -3,7 +3,7 @@
 While the view is open every worker holds the workers' mean state; when it closes each
 takes its own state back. It is no round: no outer step, SlowMo's x0 and the compressed
 rounds' reference stay the last round's, and the workers are not in consensus for
-anything else (a save waits for, or holds, a real round: `hvdtrain.round_policy`), so
+anything else (a save waits for, or holds, a real round: `hvdtrain.rounds.policy`), so
 training goes on as if the evaluation had not happened.
 """
 

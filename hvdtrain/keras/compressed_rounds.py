@@ -3,7 +3,7 @@
 What travels is each worker's change since the last consensus (the pseudo-gradient, up to
 its sign), plus what its last quantisation cut off: a reduce-scatter as an alltoall, each
 worker summing its own shard, then an allgather of the encoded sums
-(`hvdtrain.quantize`). Every worker decodes the same gathered bytes, so all take
+(`hvdtrain.rounds.quantize`). Every worker decodes the same gathered bytes, so all take
 bit-identical values.
 
 Error feedback at both encodings: a worker keeps what encoding its own change cut off
@@ -26,7 +26,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from hvdtrain import comm, quantize
+from hvdtrain import comm
+from hvdtrain.rounds import quantize
 from hvdtrain.keras.host_shards import HostShards
 
 

@@ -1,7 +1,7 @@
 """Rounds that average one fragment of the state in turn (`LocalSGD(round_fragments=F)`).
 
 The averaged variables are cut into F fragments of about equal bytes, whole layers or a
-layer's columns (`hvdtrain.fragments`; a cut variable's part is a `ColumnSlice`); each
+layer's columns (`hvdtrain.rounds.fragments`; a cut variable's part is a `ColumnSlice`); each
 fragment is a `ModelStateAverager` of its own, so its
 reference and its compressed residual are its own. A round the period holds averages
 fragment k mod F, k the run's round count (`TrainingProgress.averaging_rounds`, which every
@@ -17,7 +17,7 @@ import math
 import keras
 import tensorflow as tf
 
-from hvdtrain.fragments import fragments_of
+from hvdtrain.rounds.fragments import fragments_of
 from hvdtrain.keras.overlap import FinishedRound, OverlappedRounds
 from hvdtrain.keras.state import ModelStateAverager, variable_bytes
 
@@ -133,7 +133,7 @@ class FragmentedAverager:
 
 
 def _piece(variables: list, piece: tuple):
-    """A fragment's piece (`hvdtrain.fragments.Piece`) as a variable or a ColumnSlice."""
+    """A fragment's piece (`hvdtrain.rounds.fragments.Piece`) as a variable or a ColumnSlice."""
     variable = variables[piece[0]]
     return variable if len(piece) == 1 else ColumnSlice(variable, piece[1], piece[2])
 

@@ -33,7 +33,8 @@ from typing import Callable
 
 import keras
 
-from hvdtrain import comm, quantize
+from hvdtrain import comm
+from hvdtrain.rounds import quantize
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -48,16 +49,16 @@ from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_opti
                                   learning_rate_at, optimizer_step,
                                   set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
-from hvdtrain.periods import (AutoPeriod, PerWorkerPeriod, Period, QuadraticPeriod,
+from hvdtrain.rounds.periods import (AutoPeriod, PerWorkerPeriod, Period, QuadraticPeriod,
                               parse_period)
 from hvdtrain.progress import TrainingProgress, executed_steps
-from hvdtrain.round_policy import Act, RoundPolicy
+from hvdtrain.rounds.policy import Act, RoundPolicy
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
                                    rescales_by_default, rounds_compression)
-from hvdtrain.round_triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
+from hvdtrain.rounds.triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
                                      EveryTSeconds, RateFollowingPeriod, WarmStartEnd)
-from hvdtrain.save_plan import SavePlan
-from hvdtrain.timed_rounds import RoundTimer
+from hvdtrain.rounds.save_plan import SavePlan
+from hvdtrain.rounds.timed import RoundTimer
 
 
 class LocalSGD(keras.callbacks.Callback):
@@ -72,7 +73,7 @@ class LocalSGD(keras.callbacks.Callback):
         "qsr:B:G" (or "qsr:B", G = 1; "qsr", B = 2) sets it at every round from the
         optimizer's learning rate η by the quadratic synchronization rule,
         max(B, ⌊(G · peak / η)²⌋) with peak the highest rate at a round so far
-        (Gu et al. 2024; `hvdtrain.round_triggers.RateFollowingPeriod`).
+        (Gu et al. 2024; `hvdtrain.rounds.triggers.RateFollowingPeriod`).
       warm_start_steps: steps trained before going local, as `warm_start` says.
       warm_start: "sync": gradients are averaged every step of the warm start
         (post-local SGD, Lin et al. 2018); needs an optimizer made by
@@ -121,7 +122,7 @@ class LocalSGD(keras.callbacks.Callback):
         evaluated and saved is the consensus model.
       sync_seconds: start a round every this many seconds of this worker's wall time
         instead of every `n_sync` steps (after the warm start), so a faster worker takes
-        more steps between rounds (`hvdtrain.timed_rounds`). An epoch then ends when all
+        more steps between rounds (`hvdtrain.rounds.timed`). An epoch then ends when all
         workers together have trained `epoch_examples` more examples: the callback stops
         `fit` at the round that finds so, on every worker at once. Call `fit` once per
         epoch, on endless data (`dataset.repeat()`) without `steps_per_epoch`. The
@@ -131,7 +132,7 @@ class LocalSGD(keras.callbacks.Callback):
       epoch_examples: examples of all workers together in one epoch; needed with
         `sync_seconds` unless `progress` knows it.
       saves: when callbacks after this one save or commit the model
-        (`hvdtrain.save_plan.SavePlan`: step or epoch checkpoints, elastic commits), where
+        (`hvdtrain.rounds.save_plan.SavePlan`: step or epoch checkpoints, elastic commits), where
         every worker must hold the model training goes on from. With `epoch_rounds` a step
         save waits for the next round (with `overlap`, the first round at or after it
         blocks, landing the round in flight first); without, see `epoch_rounds`.
@@ -173,7 +174,7 @@ class LocalSGD(keras.callbacks.Callback):
     `MetricAverage` then averages). Batch logs gain `round_seconds`: this worker's
     seconds in rounds so far (`TrainingProgress.round_seconds`), for callbacks that
     time what rounds cost. When else rounds come (evaluations, epoch ends, saves, the
-    run's end) is `hvdtrain.round_policy`'s rule.
+    run's end) is `hvdtrain.rounds.policy`'s rule.
 
     With `steps_per_execution` > 1 Keras reports several steps per batch callback:
     they are all counted, and a round falls due at the end of the execution in which
@@ -232,7 +233,7 @@ class LocalSGD(keras.callbacks.Callback):
         self._validation = contextlib.ExitStack()  # the average shown while Keras validates
 
     def _make_schedule(self, n_sync, period, warm_start_steps: int, sync_seconds, clock) -> None:
-        """When the period's rounds fall due, one object per kind (hvdtrain.round_triggers;
+        """When the period's rounds fall due, one object per kind (hvdtrain.rounds.triggers;
         the other events' rounds are the policy's), how one is held (chosen once,
         hvdtrain.keras.round_kinds), and the runner that holds them all."""
         self.n_sync = n_sync

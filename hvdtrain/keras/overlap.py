@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.averaging import delayed_average_update
+from hvdtrain.rounds.averaging import delayed_average_update
 from hvdtrain.errors import ArgumentError
 from hvdtrain.keras.state import ModelStateAverager, assign, read, weight_distance
 
@@ -49,7 +49,7 @@ class OverlappedRounds:
     def __init__(self, averager: ModelStateAverager,
                  report_length: Callable[[], int] | None = None):
         """`report_length`: every round also sums a float64 report of this length from each
-        worker (`hvdtrain.timed_rounds`' counts, or the adaptive period's training loss);
+        worker (`hvdtrain.rounds.timed`' counts, or the adaptive period's training loss);
         asked when the round is traced, since it may depend on the number of workers."""
         if averager.outer is not None:
             raise ArgumentError("overlapped rounds take the plain average: an outer optimizer "

@@ -19,7 +19,7 @@ from typing import Callable
 
 from hvdtrain.keras.round_runner import RoundRunner
 from hvdtrain.keras.timed_epochs import TimedEpochs
-from hvdtrain.round_triggers import ConsensusWanted
+from hvdtrain.rounds.triggers import ConsensusWanted
 
 
 class Blocking:

@@ -12,7 +12,7 @@ round carries it, and the sum arrives with the round's mean, one period later.
   learning rate from its own optimizer; after each of the trigger's rounds the period it
   set is kept with the model (`hvdtrain.keras.kept_schedule`).
 - `CountReport`: rounds every T seconds: the examples and steps each worker took
-  (`hvdtrain.timed_rounds`). Every round carries it once the workers are out of step, a
+  (`hvdtrain.rounds.timed`). Every round carries it once the workers are out of step, a
   blocking one before the state, since the job's step it gives sets the learning rate
   that SlowMo's outer step divides by.
 

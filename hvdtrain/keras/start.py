@@ -8,7 +8,7 @@ reserve all 8. Horovod's own docs make this step 2 of every script; here `init` 
 from __future__ import annotations
 
 from hvdtrain import comm
-from hvdtrain.devices import configure_devices
+from hvdtrain.machine.devices import configure_devices
 
 
 def init(pin_gpu: bool = True, **horovod) -> None:

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.averaging import outer_step, payload_bytes, pooled_variance, second_moment
+from hvdtrain.rounds.averaging import outer_step, payload_bytes, pooled_variance, second_moment
 from hvdtrain.errors import ArgumentError
 from hvdtrain.keras.compressed_rounds import CompressedExchange
 from hvdtrain.keras.host_shards import HostShards
@@ -181,7 +181,7 @@ class ModelStateAverager:
     Groups: trainable weights, non-trainable float variables (BatchNorm moving
     statistics), and optimizer slots. BatchNorm moving variances are pooled (they take in
     the spread of the workers' means) in the same allreduce. With an `OuterOptimizer`, the
-    averaged weights go through `hvdtrain.averaging.outer_step` before every worker takes
+    averaged weights go through `hvdtrain.rounds.averaging.outer_step` before every worker takes
     them. With `compression` "fp16", "int8" or "int4", only the change since the last round
     travels, compressed, with error feedback (`hvdtrain.keras.compressed_rounds`), instead
     of through allreduce.
@@ -225,7 +225,7 @@ class ModelStateAverager:
                 self.buffers = [tf.Variable(tf.zeros(w.shape, _dtype(w)), trainable=False)
                                 for w in self.weights]
         # Positions in `variables` of each BatchNorm layer's moving mean and variance: the
-        # variance is pooled, not averaged (hvdtrain.averaging.pooled_variance).
+        # variance is pooled, not averaged (hvdtrain.rounds.averaging.pooled_variance).
         position = {id(v): i for i, v in enumerate(self.variables)}
         self._moments = [(position[id(mean)], position[id(var)])
                          for mean, var in batch_norm_statistics(model)
@@ -297,7 +297,7 @@ class ModelStateAverager:
     @property
     def payload_bytes(self) -> int:
         """Bytes one worker hands to allreduce per round (or, compressed, what it encodes,
-        which crosses the wire in the same proportion: `hvdtrain.quantize.payload_bytes`,
+        which crosses the wire in the same proportion: `hvdtrain.rounds.quantize.payload_bytes`,
         plus the running squares in float32).
         Cut in host shards, its shard's, which is what crosses hosts: the gather of the
         shards inside the host is not counted."""

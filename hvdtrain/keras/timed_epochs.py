@@ -1,7 +1,7 @@
 """The bookkeeping of rounds every T seconds, for `LocalSGD(sync_seconds=...)`.
 
 Out of step, a worker knows the job's progress only from the reports its rounds carry
-(`hvdtrain.timed_rounds`). This object keeps those counts, says where the epoch ends
+(`hvdtrain.rounds.timed`). This object keeps those counts, says where the epoch ends
 and whether a round ends it, and gives the job's step that the learning-rate schedule
 follows. The callback decides when rounds happen and runs them.
 """
@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.timed_rounds import ReportedCounts
+from hvdtrain.rounds.timed import ReportedCounts
 
 
 class TimedEpochs:

@@ -2,7 +2,7 @@
 TensorFlow (the plan of a run reads them before any worker starts).
 
 A coded round (int8, int4) cuts its flat vector into one shard per worker, each of
-whole chunks of one length with a float32 scale each (`hvdtrain.quantize` encodes them).
+whole chunks of one length with a float32 scale each (`hvdtrain.rounds.quantize` encodes them).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from hvdtrain.keras.schedule import WarmupDecaySchedule
 from hvdtrain.keras.state import build_optimizer
 from hvdtrain.models import build_model
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.save_plan import SavePlan
+from hvdtrain.rounds.save_plan import SavePlan
 from hvdtrain.training.optimizers import make_optimizer
 from hvdtrain.training.world import World
 

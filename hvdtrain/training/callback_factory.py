@@ -28,7 +28,7 @@ from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.keras.callbacks import BroadcastInitialState, MetricAverage
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.save_plan import SavePlan
+from hvdtrain.rounds.save_plan import SavePlan
 from hvdtrain.training import run_folder
 from hvdtrain.training.callbacks import (Checkpointer, CountProgress, ElasticCommit,
                                          FiniteLossGuard, MetricsLog, StepLog, ThroughputMeter)

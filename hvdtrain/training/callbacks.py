@@ -17,8 +17,8 @@ from hvdtrain import comm, files
 from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.state import current_learning_rate, set_optimizer_step
 from hvdtrain.progress import TrainingProgress, executed_steps
-from hvdtrain.save_plan import SavePlan
-from hvdtrain.stats import per_batch_values
+from hvdtrain.rounds.save_plan import SavePlan
+from hvdtrain.benchmarks.stats import per_batch_values
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
 

@@ -17,7 +17,7 @@ from hvdtrain.config import (RESUMABLE_CHANGES, TrainConfig, declared_default, i
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import settled
 from hvdtrain.plan import Job  # the job that resumes: what its periods resolve for
-from hvdtrain.periods import resolve_period
+from hvdtrain.rounds.periods import resolve_period
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
 

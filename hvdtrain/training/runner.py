@@ -27,7 +27,7 @@ from hvdtrain.optimizer_choice import AUTO, settled, took_lamb_notice
 from hvdtrain.plan import RunPlan, settle
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
-from hvdtrain.save_plan import SavePlan
+from hvdtrain.rounds.save_plan import SavePlan
 from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_variables,
                                      save_plan, state_callback, use_world)
 from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make_checkpointer

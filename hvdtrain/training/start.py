@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 from hvdtrain.config import TrainConfig
 from hvdtrain.errors import ConfigError
-from hvdtrain.host_capacity import check_this_host, rendezvous_timeout
-from hvdtrain.machine_share import MachineShare
+from hvdtrain.machine.host_capacity import check_this_host, rendezvous_timeout
+from hvdtrain.machine.share import MachineShare
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _first_start(cfg: TrainConfig, share: MachineShare) -> StartedWorker:
     check_this_host(share)
     # The machine's cores, before this worker takes its slice: all its workers import there.
     wait = rendezvous_timeout(share.workers, len(os.sched_getaffinity(0)))
-    from hvdtrain.cpu_cores import claim_cores  # imports TensorFlow: after the check
+    from hvdtrain.machine.cpu_cores import claim_cores  # imports TensorFlow: after the check
 
     cores = claim_cores(share, cfg.pin_cores)
     return StartedWorker(share, cfg.pin_cores, cores, _horovod_and_devices(cfg, share, wait))
@@ -65,7 +65,7 @@ def _first_start(cfg: TrainConfig, share: MachineShare) -> StartedWorker:
 def _horovod_and_devices(cfg: TrainConfig, share: MachineShare,
                          rendezvous_seconds: int | None = None) -> list[str]:
     from hvdtrain import comm  # imports TensorFlow: after the check
-    from hvdtrain.devices import configure_devices
+    from hvdtrain.machine.devices import configure_devices
 
     # TensorFlow's own op determinism is left off: it refuses tf.timestamp, which times
     # every exchange (hvdtrain.keras.exchange_clock), and CPU kernels repeat without it.

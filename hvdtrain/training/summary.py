@@ -11,7 +11,7 @@ from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig, n_sync_period
 from hvdtrain.keras.host_shards import HostShards
 from hvdtrain.keras.state import variable_bytes
-from hvdtrain.periods import PerWorkerPeriod
+from hvdtrain.rounds.periods import PerWorkerPeriod
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training.world import World
 

@@ -2,8 +2,8 @@
 
 One plan, asked by both sides: the callbacks that save (`Checkpointer`, `ElasticCommit`
 in `hvdtrain.training.callbacks`) ask when to save, and `LocalSGD` asks where the
-workers must hold one model: a blocking round there (`hvdtrain.round_policy`), or in
-async mode the next round blocking (`hvdtrain.round_triggers.ConsensusWanted`).
+workers must hold one model: a blocking round there (`hvdtrain.rounds.policy`), or in
+async mode the next round blocking (`hvdtrain.rounds.triggers.ConsensusWanted`).
 
 Pure Python: no TensorFlow, no Keras.
 """

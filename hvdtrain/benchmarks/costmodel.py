@@ -32,7 +32,7 @@ A step of each mode, with t the compute time of one step (independent workers):
   buckets while back-propagation goes on: a share `overlap` of the step can hide
   communication, but the last bucket only leaves when back-propagation ends:
       t + x + max(E(grads) − overlap × t, E(last bucket)).
-  The last bucket is the one `hvdtrain.averaging.gradient_buckets` makes last: the
+  The last bucket is the one `hvdtrain.rounds.averaging.gradient_buckets` makes last: the
   first layers' gradients, what is left once the later layers filled whole buckets
   (the bench records it); without it, at most min(bucket cap, gradients).
   x is computed, not waited for: it is no part of the communication share;
@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from hvdtrain.periods import LOCAL_MODES
+from hvdtrain.rounds.periods import LOCAL_MODES
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Three things Horovod's own entry point does not: TensorFlow's start-up notices from its
 Gloo build check are dropped (`hvdtrain.quiet`); every worker is told every host's worker
-count, which lets hierarchical jobs start Horovod with their groups (`hvdtrain.host_layout`);
+count, which lets hierarchical jobs start Horovod with their groups (`hvdtrain.machine.host_layout`);
 and a job ended by a failed worker closes with one line and that worker's exit status,
 not a Python traceback of the launcher's. The worker has already said why it failed
 (hvdtrain's one-line errors, such as the divergence guard's); Horovod's RuntimeError only
@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-from hvdtrain.host_layout import HOST_SIZES, host_sizes
+from hvdtrain.machine.host_layout import HOST_SIZES, host_sizes
 from hvdtrain.quiet import quiet_startup
 
 # Horovod 0.28.1's message when a process of a static job exits with a non-zero status

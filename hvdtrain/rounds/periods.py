@@ -18,13 +18,13 @@ from hvdtrain.errors import ConfigError
 
 # The modes that average the workers' state every period instead of gradients every step.
 LOCAL_MODES = ("local", "async")
-# auto: AdaComm's rule (hvdtrain.averaging.adacomm_period) from this first period down to
+# auto: AdaComm's rule (hvdtrain.rounds.averaging.adacomm_period) from this first period down to
 # this minimum; "auto:N" starts from N. Why these values: docs/choosing-a-mode.md, and the
 # first time-to-accuracy measurements in docs/benchmarks/history.md.
 AUTO_INITIAL_PERIOD = 32
 AUTO_MIN_PERIOD = 2
 
-# qsr: the quadratic synchronization rule (hvdtrain.averaging.quadratic_period) from this
+# qsr: the quadratic synchronization rule (hvdtrain.rounds.averaging.quadratic_period) from this
 # base period, its growth 1 (the period grows as soon as the rate falls below the peak
 # over √(base + 1)); "qsr:B" and "qsr:B:G" set them.
 QSR_BASE = 2
@@ -83,7 +83,7 @@ class PerWorkerPeriod:
 @dataclass(frozen=True)
 class QuadraticPeriod:
     """qsr:B:G: a period of at least `base` steps that grows as (G × peak rate / rate)²
-    as the learning rate decays (`hvdtrain.averaging.quadratic_period`)."""
+    as the learning rate decays (`hvdtrain.rounds.averaging.quadratic_period`)."""
 
     base: int = QSR_BASE
     growth: float = QSR_GROWTH

@@ -25,7 +25,7 @@ import os
 import tensorflow as tf
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.machine_share import MachineShare
+from hvdtrain.machine.share import MachineShare
 
 
 def worker_cores(allowed: list[int], local_rank: int, local_size: int) -> list[int]:

@@ -2,7 +2,7 @@
 round, a view of the workers' average, or nothing.
 
 The period's own rounds (every n_sync steps, every T seconds, the warm start's end) are
-`hvdtrain.round_triggers`' business. This policy answers the other events, alike on every
+`hvdtrain.rounds.triggers`' business. This policy answers the other events, alike on every
 worker, from what they all share:
 
 - an evaluation: it needs the workers' one model. A round (`epoch_rounds`, the default, and
@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from hvdtrain.save_plan import SavePlan
+from hvdtrain.rounds.save_plan import SavePlan
 
 
 class Act(enum.Enum):

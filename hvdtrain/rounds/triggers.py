@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from hvdtrain.averaging import (adacomm_period, is_local_sync_step, is_warm_start_end,
+from hvdtrain.rounds.averaging import (adacomm_period, is_local_sync_step, is_warm_start_end,
                                 quadratic_period)
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.timed_rounds import RoundTimer
+from hvdtrain.rounds.timed import RoundTimer
 
 
 class WarmStartEnd:

@@ -12,7 +12,7 @@ Horovod's Gloo launcher tells each worker only its own place (rank, local and cr
 and size), and two workers of different layouts can see the same place: rank 1 of hosts
 of 3, 1 and 2 sees what rank 1 of two hosts of 3 does. Workers that chose differently
 would start Horovod with different sets, which fails only after Gloo's timeout. So
-hvdtrain's horovodrun (`hvdtrain.horovodrun`) also gives every worker every host's
+hvdtrain's horovodrun (`hvdtrain.machine.horovodrun`) also gives every worker every host's
 worker count (`HOST_SIZES`), the same text for all, and only that decides.
 """
 

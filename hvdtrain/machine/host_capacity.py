@@ -20,8 +20,8 @@ import os
 from typing import Mapping, Sequence
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.machine_share import MachineShare
-from hvdtrain.running_workers import memory_held_by_peers
+from hvdtrain.machine.share import MachineShare
+from hvdtrain.machine.running_workers import memory_held_by_peers
 
 MIB = 1 << 20
 # The least a worker takes of its host's available memory: the smallest measured, a LeNet

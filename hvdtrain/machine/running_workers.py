@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from hvdtrain.machine_share import shares_the_machine
+from hvdtrain.machine.share import shares_the_machine
 
 
 def environ_of(text: bytes) -> dict[str, str]:
