@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from hostcheck import ssh_probe, tcp_probe, unanswered_line, unreachable
 
-from hvdtrain import hosts as H
+from hvdtrain.machine import hosts as H
 
 PROG = "hostfile"
 

@@ -9,7 +9,7 @@
 # CUDA_VISIBLE_DEVICES already lists the GPUs this job may use (Slurm, docker --gpus
 # '"device=4,5"'), the worker gets its entry of that list. Without a local rank (a
 # plain single process) the command runs unchanged. Not for programs that pick their
-# GPUs by local rank themselves, as hvdtrain/devices.py does: they would see one GPU.
+# GPUs by local rank themselves, as hvdtrain/machine/devices.py does: they would see one GPU.
 set -euo pipefail
 
 local_rank=${HOROVOD_LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-}}

@@ -11,7 +11,7 @@
 # import hook, as `python -m hvdtrain.quiet horovodrun ...` does: VENV/bin/horovodrun
 # becomes Horovod's own entry point with hvdtrain.quiet's hook in first. HVDTRAIN_VERBOSE=1
 # keeps every notice. A job that a failed worker ended closes with one line and that
-# worker's exit status instead of Horovod's traceback (hvdtrain/horovodrun.py). Were
+# worker's exit status instead of Horovod's traceback (hvdtrain/machine/horovodrun.py). Were
 # hvdtrain uninstalled, it runs as Horovod's own script does.
 set -euo pipefail
 
@@ -34,7 +34,7 @@ cat > "$tmp" <<EOF
 import sys
 
 try:
-    from hvdtrain.horovodrun import main
+    from hvdtrain.machine.horovodrun import main
 except ImportError:  # hvdtrain is gone from this venv: Horovod's horovodrun as it was
     from horovod.runner.launch import run_commandline as main
 

@@ -11,7 +11,7 @@ import numpy as np
 import yaml
 
 from hvdtrain.data.idx import UBYTE_TYPE
-from hvdtrain.fragments import fragments_of
+from hvdtrain.rounds.fragments import fragments_of
 
 
 def write_idx(path: str, array: np.ndarray) -> None:
@@ -109,7 +109,7 @@ def weights_in_file(path) -> dict[str, np.ndarray]:
 def lenet_fragments(shapes, count: int) -> list[list[tuple]]:
     """How `--round-fragments count` cuts LeNet's trainable variables (`shapes`, in
     order): its layers hold a kernel and a bias each, 4 bytes a value, cut between their
-    last axis's columns alike. Pieces as `hvdtrain.fragments.fragments_of` gives them."""
+    last axis's columns alike. Pieces as `hvdtrain.rounds.fragments.fragments_of` gives them."""
     sizes = [int(np.prod(shape)) for shape in shapes]
     return fragments_of([i // 2 for i in range(len(shapes))], [4 * s for s in sizes], count,
                         [int(shape[-1]) for shape in shapes])

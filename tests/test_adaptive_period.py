@@ -4,12 +4,12 @@ import math
 
 import pytest
 
-from hvdtrain.averaging import adacomm_period
+from hvdtrain.rounds.averaging import adacomm_period
 from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
-from hvdtrain.periods import (AUTO_INITIAL_PERIOD, AutoPeriod, PerWorkerPeriod, parse_period,
+from hvdtrain.rounds.periods import (AUTO_INITIAL_PERIOD, AutoPeriod, PerWorkerPeriod, parse_period,
                               resolve_period)
-from hvdtrain.round_triggers import AdaptivePeriod, LossSinceRound
+from hvdtrain.rounds.triggers import AdaptivePeriod, LossSinceRound
 
 
 @pytest.mark.parametrize("loss, initial, tau0, minimum, expected", [

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hvdtrain.averaging import (bytes_allreduced, expected_bytes_allreduced, gradient_steps,
+from hvdtrain.rounds.averaging import (bytes_allreduced, expected_bytes_allreduced, gradient_steps,
                                 is_local_sync_step, outer_step, payload_bytes, pooled_variance,
                                 second_moment, sync_points)
 
@@ -75,7 +75,7 @@ def test_nesterov_outer_step_looks_ahead():
 
 
 def test_gradient_buckets_start_from_the_last_layer_and_respect_the_cap():
-    from hvdtrain.averaging import gradient_buckets
+    from hvdtrain.rounds.averaging import gradient_buckets
 
     sizes = [10, 40, 5, 30, 20]
     assert gradient_buckets(sizes, 50) == [[4, 3], [2, 1], [0]]

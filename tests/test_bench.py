@@ -332,7 +332,7 @@ def test_the_exchange_clock_counts_the_wait_from_the_inputs_to_the_outputs():
 @pytest.mark.long
 @pytest.mark.multiprocess
 def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
-    from hvdtrain import quantize
+    from hvdtrain.rounds import quantize
 
     out = tmp_path / "bench"
     bin_dir = os.path.dirname(sys.executable)
@@ -386,7 +386,7 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
 @pytest.mark.long  # six trainings and their benches in one job: about 25 seconds here
 def test_a_local_rows_bytes_per_round_are_what_a_training_run_of_it_counts(tmp_path):
     from conftest import horovodrun
-    from hvdtrain import quantize
+    from hvdtrain.rounds import quantize
 
     horovodrun("bench_bytes_worker.py", str(tmp_path))
     for rank in (0, 1):

@@ -284,7 +284,7 @@ GHOST_JOB = """
 set -u
 start() {{  # $1: the env it runs with, $2: where it writes its pid
   ssh h3 "cd {tmp} > /dev/null 2>&1 ; env $1 {python} -c 'import os, time
-from hvdtrain.launcher_lifetime import end_with_launcher
+from hvdtrain.machine.launcher_lifetime import end_with_launcher
 end_with_launcher()
 open(\\"$2.tmp\\", \\"w\\").write(str(os.getpid())); os.rename(\\"$2.tmp\\", \\"$2\\")
 time.sleep(600)'" > /dev/null 2>&1 &
@@ -303,7 +303,7 @@ kill -0 "$(cat {tmp}/other.pid)" 2>/dev/null && echo "other lives" || echo "othe
 
 def test_a_worker_on_a_host_that_left_the_network_ends_with_its_ssh_session(tmp_path):
     """Left alive, such a worker reaches the elastic driver again once its host is back,
-    and is counted beside the worker started there anew (hvdtrain.launcher_lifetime)."""
+    and is counted beside the worker started there anew (hvdtrain.machine.launcher_lifetime)."""
     job = tmp_path / "job.sh"
     job.write_text(GHOST_JOB.format(tmp=tmp_path, python=sys.executable))
     result = run_cluster(["--hosts", "3",

@@ -17,7 +17,8 @@ import pytest
 import hvdtrain.keras as hk
 from conftest import horovodrun, load_rank_files
 from helpers import runs_on_learnable_data
-from hvdtrain import comm, quantize
+from hvdtrain import comm
+from hvdtrain.rounds import quantize
 from hvdtrain.config import load_config
 from hvdtrain.errors import ArgumentError, ConfigError
 from hvdtrain.progress import TrainingProgress

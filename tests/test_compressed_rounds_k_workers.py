@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from fake_comm import ECHO, FakeComm, sent_by, settled_sends
-from hvdtrain import quantize
+from hvdtrain.rounds import quantize
 from hvdtrain.keras.compressed_rounds import CompressedExchange
 from hvdtrain.keras.state import ModelStateAverager, build_optimizer, optimizer_slots, read
 from test_state_averaging_k_workers import batch_norm_model, vector_model

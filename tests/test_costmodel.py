@@ -11,7 +11,7 @@ import pytest
 from hvdtrain.cli import main
 from hvdtrain.benchmarks.predict import workload
 from hvdtrain.benchmarks.round_form import RoundForm
-from hvdtrain.costmodel import (Hierarchy, Link, Workload, exchange_seconds, floor_of_whole_payload,
+from hvdtrain.benchmarks.costmodel import (Hierarchy, Link, Workload, exchange_seconds, floor_of_whole_payload,
                                 predict, ring_allreduce_seconds, step_seconds)
 
 GBIT = 10**9

@@ -8,7 +8,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from hvdtrain.cpu_cores import pin_worker, shared_pool_sizes, worker_cores
+from hvdtrain.machine.cpu_cores import pin_worker, shared_pool_sizes, worker_cores
 from hvdtrain.errors import ConfigError
 
 
@@ -50,7 +50,7 @@ def test_pinning_after_tensorflow_started_is_refused_and_changes_nothing():
 # afterwards, run an op, and report what each thread may use and TF's pool sizes.
 _PIN_SECOND_WORKER = """
 import json, os, threading
-from hvdtrain.cpu_cores import pin_worker
+from hvdtrain.machine.cpu_cores import pin_worker
 cores = pin_worker(1, 2)
 import tensorflow as tf
 later = threading.Thread(target=lambda: None)

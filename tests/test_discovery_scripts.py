@@ -7,7 +7,7 @@ import os
 import socket
 import subprocess
 
-from hvdtrain.hosts import Host, usable_slurm_hosts
+from hvdtrain.machine.hosts import Host, usable_slurm_hosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISCOVER = os.path.join(ROOT, "launch", "discover")

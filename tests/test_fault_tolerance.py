@@ -26,7 +26,7 @@ from hvdtrain.data import load_dataset
 from hvdtrain.errors import ConfigError
 from hvdtrain.training.callbacks import Checkpointer, CountProgress, ElasticCommit, StepLog
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.save_plan import SavePlan
+from hvdtrain.rounds.save_plan import SavePlan
 from hvdtrain.schedules import learning_rate_at, lr_scaling_workers, schedule_in_examples
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 

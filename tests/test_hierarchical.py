@@ -14,11 +14,11 @@ import pytest
 
 from conftest import horovodrun, load_rank_files
 from helpers import agreeing_pieces, lenet_fragments, piece_size, runs_on_learnable_data
-from hvdtrain import quantize
+from hvdtrain.rounds import quantize
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
-from hvdtrain.periods import PerWorkerPeriod, parse_period, resolve_period
-from hvdtrain.round_triggers import RateFollowingPeriod
+from hvdtrain.rounds.periods import PerWorkerPeriod, parse_period, resolve_period
+from hvdtrain.rounds.triggers import RateFollowingPeriod
 from hvdtrain.schedules import ScheduleSpec, learning_rate_at
 
 PLAIN = dict(model="lenet", batch_size=16, epochs=1, steps_per_epoch=7, validate=False,

@@ -8,10 +8,10 @@ import pytest
 
 from hvdtrain import cli
 from hvdtrain.errors import ConfigError
-from hvdtrain.host_capacity import (MIB, WORKER_FLOOR_BYTES, check_this_host, cores_warning,
+from hvdtrain.machine.host_capacity import (MIB, WORKER_FLOOR_BYTES, check_this_host, cores_warning,
                                     mem_available, memory_problem, rendezvous_timeout)
-from hvdtrain.machine_share import MachineShare
-from hvdtrain.running_workers import memory_held_by_peers
+from hvdtrain.machine.share import MachineShare
+from hvdtrain.machine.running_workers import memory_held_by_peers
 from hvdtrain.training import start
 
 MEMINFO = "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   {kib} kB\n"

@@ -9,7 +9,7 @@ import pytest
 
 from hvdtrain import comm
 from hvdtrain.errors import ConfigError
-from hvdtrain.host_layout import HOST_SIZES
+from hvdtrain.machine.host_layout import HOST_SIZES
 
 
 class TwoHostsHorovod:

@@ -1,5 +1,5 @@
 """The hosts' layout read from the environment hvdtrain's horovodrun gives each worker
-(`hvdtrain.host_layout`, `hvdtrain.horovodrun.tell_workers_the_host_sizes`), made by
+(`hvdtrain.machine.host_layout`, `hvdtrain.machine.horovodrun.tell_workers_the_host_sizes`), made by
 Horovod's own Gloo launcher functions for every layout of up to 4 hosts of up to 4
 workers."""
 
@@ -11,8 +11,8 @@ import pytest
 from horovod.runner import gloo_run
 from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 
-from hvdtrain.horovodrun import tell_workers_the_host_sizes
-from hvdtrain.host_layout import HOST_SIZES, HostLayout, layout_from_environment
+from hvdtrain.machine.horovodrun import tell_workers_the_host_sizes
+from hvdtrain.machine.host_layout import HOST_SIZES, HostLayout, layout_from_environment
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from fake_comm import FakeComm, settled_sends
-from hvdtrain import quantize
+from hvdtrain.rounds import quantize
 from hvdtrain.keras.compressed_rounds import CompressedExchange
 from hvdtrain.keras.host_shards import HostShards
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from hvdtrain.hosts import (
+from hvdtrain.machine.hosts import (
     Host,
     HostError,
     describe_instances_command,

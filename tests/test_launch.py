@@ -395,7 +395,7 @@ def test_launch_readme_documents_every_tuning_knob():
         assert knob in readme, knob
 
 
-# --- hvdtrain/horovodrun.py: the venv's horovodrun closes a failed job in one line ---
+# --- hvdtrain/machine/horovodrun.py: the venv's horovodrun closes a failed job in one line ---
 
 FAILED_JOB = ("Horovod detected that one or more processes exited with non-zero status, thus "
               "causing the job to be terminated. The first process to do so was:\n"
@@ -409,7 +409,7 @@ FAILED_JOB = ("Horovod detected that one or more processes exited with non-zero 
     (ValueError(FAILED_JOB), None),
 ])
 def test_horovods_failed_job_error_gives_the_worker_and_its_status(error, expected):
-    from hvdtrain.horovodrun import failed_worker
+    from hvdtrain.machine.horovodrun import failed_worker
 
     assert failed_worker(error) == expected
 
@@ -419,7 +419,7 @@ def test_a_job_ended_by_a_failed_worker_closes_in_one_line_with_its_status(
         monkeypatch, capsys, code, status):
     from horovod.runner import launch
 
-    from hvdtrain import horovodrun
+    from hvdtrain.machine import horovodrun
 
     def failing():
         raise RuntimeError(FAILED_JOB.replace("Exit code: 4", f"Exit code: {code}"))
@@ -435,7 +435,7 @@ def test_a_job_ended_by_a_failed_worker_closes_in_one_line_with_its_status(
 def test_any_other_horovodrun_error_is_left_as_horovod_raised_it(monkeypatch):
     from horovod.runner import launch
 
-    from hvdtrain import horovodrun
+    from hvdtrain.machine import horovodrun
 
     def failing():
         raise RuntimeError("Horovod did not find any host")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from hvdtrain.launcher_lifetime import HOROVODRUN_MARK, started_by_horovodrun
+from hvdtrain.machine.launcher_lifetime import HOROVODRUN_MARK, started_by_horovodrun
 
 # The parent starts the worker, waits until it has asked to end with its parent, names
 # it, and ends at once: the worker is then an orphan, unless Linux ended it.
@@ -19,7 +19,7 @@ print(worker.pid, flush=True)
 """
 WORKER = r"""
 import os, time
-from hvdtrain.launcher_lifetime import end_with_launcher
+from hvdtrain.machine.launcher_lifetime import end_with_launcher
 end_with_launcher(os.environ)
 print("armed", flush=True)
 time.sleep(120)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.links import burst_bytes, check_can_shape, parse_rate, shaped_command
+from hvdtrain.cluster.links import burst_bytes, check_can_shape, parse_rate, shaped_command
 
 BIN = os.path.dirname(sys.executable)
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import hvdtrain.keras as hk
-from hvdtrain.averaging import sync_points
-from hvdtrain.save_plan import SavePlan
+from hvdtrain.rounds.averaging import sync_points
+from hvdtrain.rounds.save_plan import SavePlan
 
 
 def _fit(local_sgd, steps_per_execution: int, epochs: int = 2, examples: int = 40,

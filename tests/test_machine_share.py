@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hvdtrain.machine_share import MachineShare, shares_the_machine
+from hvdtrain.machine.share import MachineShare, shares_the_machine
 
 # Worker 5 of 32: the second of its host's 4 (8 emulated hosts of 4 workers).
 WORKER = {"HOROVOD_RANK": "5", "HOROVOD_SIZE": "32", "HOROVOD_LOCAL_RANK": "1",

@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from conftest import WORKERS_DIR, horovodrun, load_rank_files
-from hvdtrain.devices import configure_devices, model_parallel_devices, worker_gpus
+from hvdtrain.machine.devices import configure_devices, model_parallel_devices, worker_gpus
 from hvdtrain.errors import ConfigError
 from hvdtrain.models.alexnet import alexnet
 from hvdtrain.models.alexnet_2col import alexnet_2col, column_devices

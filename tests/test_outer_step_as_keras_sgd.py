@@ -1,4 +1,4 @@
-"""Whether the outer step (SlowMo, Nesterov: hvdtrain.averaging.outer_step) is a stock
+"""Whether the outer step (SlowMo, Nesterov: hvdtrain.rounds.averaging.outer_step) is a stock
 `keras.optimizers.SGD` step on the averaged pseudo-gradient x0 − x̄, as torchft's DiLoCo
 takes torch.optim.SGD's.
 
@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.averaging import outer_step
+from hvdtrain.rounds.averaging import outer_step
 from hvdtrain.keras.state import ModelStateAverager, OuterOptimizer, build_optimizer
 
 # Exact in float32, where Keras keeps its rate and momentum.

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
-from hvdtrain.averaging import delayed_average_update
+from hvdtrain.rounds.averaging import delayed_average_update
 from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
 

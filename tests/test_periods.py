@@ -1,4 +1,4 @@
-"""hvdtrain.periods: the period grammar, what it resolves to on a job, and its errors."""
+"""hvdtrain.rounds.periods: the period grammar, what it resolves to on a job, and its errors."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.periods import AutoPeriod, PeriodError, job_size, resolve_period
+from hvdtrain.rounds.periods import AutoPeriod, PeriodError, job_size, resolve_period
 
 
 @pytest.mark.parametrize("spec, workers, hosts, steps", [
@@ -47,7 +47,7 @@ def test_messages_name_the_job_a_period_was_resolved_for():
     assert job_size(8, 4) == "8 workers on 4 hosts"
 
 
-@pytest.mark.parametrize("module", ["hvdtrain.periods", "hvdtrain.costmodel"])
+@pytest.mark.parametrize("module", ["hvdtrain.rounds.periods", "hvdtrain.benchmarks.costmodel"])
 def test_periods_and_the_cost_model_come_without_the_trainers_options(module):
     code = f"import sys, {module}\nprint('hvdtrain.config' in sys.modules)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

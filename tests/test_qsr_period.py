@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from hvdtrain.averaging import QSR_LONGEST, quadratic_period
+from hvdtrain.rounds.averaging import QSR_LONGEST, quadratic_period
 from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
-from hvdtrain.periods import QSR_BASE, QuadraticPeriod, parse_period, period_label
-from hvdtrain.round_triggers import RateFollowingPeriod
+from hvdtrain.rounds.periods import QSR_BASE, QuadraticPeriod, parse_period, period_label
+from hvdtrain.rounds.triggers import RateFollowingPeriod
 
 
 @pytest.mark.parametrize("rate, peak, base, growth, expected", [

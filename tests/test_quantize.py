@@ -1,11 +1,11 @@
-"""The maths of compressed rounds (hvdtrain.quantize): encodings, their error, their bytes."""
+"""The maths of compressed rounds (hvdtrain.rounds.quantize): encodings, their error, their bytes."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvdtrain import quantize
-from hvdtrain.quantize import CHUNK
+from hvdtrain.rounds import quantize
+from hvdtrain.rounds.quantize import CHUNK
 
 
 def chunks_of(rng, count: int) -> np.ndarray:

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import horovodrun, load_rank_files
 from helpers import agreeing_pieces, lenet_fragments, piece_size, runs_on_learnable_data
-from hvdtrain import quantize
+from hvdtrain.rounds import quantize
 
 # LeNet, SGD with momentum kept by each worker (the default): a round carries the weights.
 # Rounds after steps 3 and 6 (fragments 0 and 1), and at the epoch's end after step 7

@@ -1,4 +1,4 @@
-"""--round-fragments: how the averaged state is cut into fragments (hvdtrain.fragments),
+"""--round-fragments: how the averaged state is cut into fragments (hvdtrain.rounds.fragments),
 and the options it refuses. The rounds themselves, across processes, are in
 test_round_fragments.py."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
-from hvdtrain.fragments import fragments_of, layer_units, split_evenly
+from hvdtrain.rounds.fragments import fragments_of, layer_units, split_evenly
 
 # Layer bytes shaped like ResNet-20's (3x3 convolutions of 16, 32 and 64 channels, each
 # followed by a small BatchNorm layer; the dense head last), in model order.

@@ -1,10 +1,10 @@
-"""What local SGD does at each event besides its period's rounds (hvdtrain.round_policy),
-and when a run saves (hvdtrain.save_plan): each on its own."""
+"""What local SGD does at each event besides its period's rounds (hvdtrain.rounds.policy),
+and when a run saves (hvdtrain.rounds.save_plan): each on its own."""
 
 import pytest
 
-from hvdtrain.round_policy import Act, RoundPolicy
-from hvdtrain.save_plan import SavePlan
+from hvdtrain.rounds.policy import Act, RoundPolicy
+from hvdtrain.rounds.save_plan import SavePlan
 
 NOTHING, VIEW, ROUND = Act.NOTHING, Act.VIEW, Act.ROUND
 PAINE = RoundPolicy(epoch_rounds=False, run_epochs=4)  # --no-epoch-rounds, a run of 4 epochs

@@ -1,8 +1,8 @@
-"""When local SGD holds a round: each policy of hvdtrain.round_triggers on its own."""
+"""When local SGD holds a round: each policy of hvdtrain.rounds.triggers on its own."""
 
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.round_triggers import ConsensusWanted, EveryNSteps, EveryTSeconds, WarmStartEnd
-from hvdtrain.timed_rounds import RoundTimer
+from hvdtrain.rounds.triggers import ConsensusWanted, EveryNSteps, EveryTSeconds, WarmStartEnd
+from hvdtrain.rounds.timed import RoundTimer
 
 
 def _due_steps(trigger, last=20, per_batch=1):

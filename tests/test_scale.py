@@ -11,7 +11,7 @@ import pytest
 
 from conftest import horovodrun
 from helpers import write_learnable_idx_dataset
-from hvdtrain.cpu_cores import shared_pool_sizes
+from hvdtrain.machine.cpu_cores import shared_pool_sizes
 
 pytestmark = [pytest.mark.scale, pytest.mark.multiprocess, pytest.mark.slow]
 

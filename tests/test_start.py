@@ -13,9 +13,9 @@ import pytest
 
 from conftest import horovodrun
 from hvdtrain.config import load_config
-from hvdtrain.cpu_cores import pool_sizes, shared_pool_sizes, worker_cores
+from hvdtrain.machine.cpu_cores import pool_sizes, shared_pool_sizes, worker_cores
 from hvdtrain.errors import ConfigError
-from hvdtrain.machine_share import MachineShare
+from hvdtrain.machine.share import MachineShare
 from hvdtrain.training import start
 
 # What Horovod's start finds (pools, cores), then what its host groups do: their names

@@ -7,8 +7,9 @@ import pytest
 import keras
 
 from conftest import horovodrun, load_rank_files
-from hvdtrain import comm, quantize
-from hvdtrain.averaging import outer_step
+from hvdtrain import comm
+from hvdtrain.rounds import quantize
+from hvdtrain.rounds.averaging import outer_step
 from hvdtrain.keras.state import ModelStateAverager, OuterOptimizer, batch_norm_statistics
 from hvdtrain.models import build_model
 

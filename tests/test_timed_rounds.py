@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from conftest import horovodrun, load_rank_files
-from hvdtrain import quantize
+from hvdtrain.rounds import quantize
 from hvdtrain.config import load_config
 from hvdtrain.errors import ConfigError
 from hvdtrain.progress import TrainingProgress
-from hvdtrain.timed_rounds import ReportedCounts, RoundTimer, epoch_end_due, report_vector
+from hvdtrain.rounds.timed import ReportedCounts, RoundTimer, epoch_end_due, report_vector
 
 
 class FakeClock:

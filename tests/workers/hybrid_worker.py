@@ -18,7 +18,7 @@ import tensorflow as tf
 
 import hvdtrain.keras as hk
 from hvdtrain import comm
-from hvdtrain.devices import configure_devices
+from hvdtrain.machine.devices import configure_devices
 from hvdtrain.models.alexnet_2col import alexnet_2col
 
 SHAPE, CLASSES, BATCH = (32, 32, 3), 10, 8

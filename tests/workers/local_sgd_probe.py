@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 import hvdtrain.keras as hk
-from hvdtrain.averaging import sync_points
+from hvdtrain.rounds.averaging import sync_points
 
 STEPS, EPOCHS, N_SYNC, WARM = 7, 2, 3, 2
 
