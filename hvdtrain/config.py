@@ -41,7 +41,7 @@ DEFAULT_LR_SCALING = "linear"
 LARS_ETA = 0.001
 LR_DECAYS = ("cosine", "step", "constant")
 # Async mode's default period, from time-to-accuracy runs at 2, 4 and 8 workers
-# (BENCHMARKS.md, "Time to accuracy"): every 10 local steps summed over the workers (3
+# (BENCHMARKS.md, "Async mode"): every 10 local steps summed over the workers (3
 # steps at 4 workers, 2 at 8), momentum not averaged; its rounds land a period late, so
 # it needs a shorter period than local mode's 40 of then. Both modes take local steps at
 # no more than 4 workers' linearly scaled rate.
@@ -51,7 +51,7 @@ LR_DECAYS = ("cosine", "step", "constant")
 # epochs at 8 workers, within 0.5 points of sync up to 8 workers, for 0.13 of sync's
 # bytes: about 2/3 of the old default's from 8 workers on, more at 2 and 4 (whose old
 # period was 20 and 10 steps). ResNet-20 with BatchNorm at 8 x 64: level with sync,
-# above the old default at every seed (BENCHMARKS.md, "Local mode's default").
+# above the old default at every seed (BENCHMARKS.md, "Local mode's default at 2 to 8 workers").
 DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 # Flat local mode on LAMB (which `--optimizer auto` takes from a global batch of 1,024)
 # rounds every step. Over 5 epochs (LeNet-5, 3 seeds) every step ended 0.68 points above
@@ -59,8 +59,8 @@ DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 # 0.94 below; at 16 x 64 0.39 below sync (every 2: 0.54); at 32 x 64 0.66 below (7 seeds;
 # every 2: 1.24, 3 seeds). It moves 0.251 of sync's bytes (int8 values and their scales,
 # momentum kept local) where every 2 steps moved 0.128; the quadratic synchronization rule
-# (qsr:1) ended below both (BENCHMARKS.md, "Rounds every step from a global batch of
-# 1,024"). Rescaled (below), every 2 steps ended 1.97 below sync at 32 x 64 where every
+# (qsr:1) ended below both (BENCHMARKS.md, "Local mode at 16 and 32 workers: its rate and
+# its rounds"). Rescaled (below), every 2 steps ended 1.97 below sync at 32 x 64 where every
 # step ended level (3 seeds): rounds stay every step, and int4 halves their bytes.
 DEFAULT_LOCAL_LAMB_N_SYNC = 1
 DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}

@@ -25,7 +25,7 @@ DEFAULT_MAX_LR_OTHERWISE = 0.1
 # steps likely cancels much of their noise and with it their length: at 32 x 32 a cap of
 # 0.06 (the peak there 0.05, local's rule counting 4 workers) ended 0.66 points above 0.03 over
 # 2 epochs and 0.45 over 5, at every seed, and level with it at 16 x 64 (+0.05); in sync
-# mode 0.06 cost 4.4 points (BENCHMARKS.md, "5 epochs at 32 x 32"). The cancelling needs
+# mode 0.06 cost 4.4 points (BENCHMARKS.md, "Local mode at 16 and 32 workers"). The cancelling needs
 # each worker's momentum its own: with --average-optimizer-state the workers share 0.9 of
 # it, their steps point alike and a round keeps their length, as sync's step does. There
 # 0.06 ended 5.7 points below momentum kept local at 16 x 64, or diverged in int8 rounds,

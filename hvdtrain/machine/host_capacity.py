@@ -1,8 +1,8 @@
 """Whether one host can run the workers horovodrun started on it, said in one line
 before any of them starts TensorFlow (the bulk of a worker's start-up and memory).
 
-Measured on a machine of 2 cores and 24 GiB (BENCHMARKS.md, "16 and 32 workers on one
-machine"), LeNet on Fashion-MNIST: 16 and 32 workers on one host train and end in
+Measured on a machine of 2 cores and 24 GiB (BENCHMARKS.md, "Memory and start-up: 16
+and 32 workers on one machine"), LeNet on Fashion-MNIST: 16 and 32 workers on one host train and end in
 consensus, the job about as fast as 2 workers and its start-up 22-24 times as long, so
 more workers than cores is a warning.
 Each worker took 249-308 MiB of the host's available memory (TensorFlow's libraries,
