@@ -45,3 +45,19 @@ def test_the_layout_map_of_development_md_names_every_module():
                      if not re.search(rf"(?<!\w){re.escape(pathlib.Path(name).name)}\b",
                                       layout))
     assert missing == [], "docs/development.md's layout map does not name these modules"
+
+
+LONGEST_FUNCTION = 80  # lines: option tables belong in data, not in one long builder
+
+
+def test_no_function_runs_past_80_lines():
+    import ast
+
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines})")
+    assert long == []
