@@ -90,7 +90,9 @@ def test_a_short_bench_job_runs_over_a_shaped_link(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((out / "bench.json").read_text())
     assert report["link_rate"] == "1gbit"
-    assert [(r["workers"], r["label"]) for r in report["rows"]] == [(2, "sync"), (2, "local, n_sync 2")]
+    # Local rows time training's own rounds: int8 unless told.
+    assert [(r["workers"], r["label"]) for r in report["rows"]] == [(2, "sync"),
+                                                                    (2, "local, n_sync 2, int8")]
     assert "link: 1gbit" in result.stdout
 
 
