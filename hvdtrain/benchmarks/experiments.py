@@ -156,7 +156,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--workers", default="1,2", help="worker counts (default: 1,2)")
     parser.add_argument("--n-sync", default="1,10,100,600",
                         help="local-SGD periods for more than one worker: numbers, N/workers "
-                             "(resolved per worker count; train's default is 2, with int8 rounds), "
+                             "(resolved per worker count; `hvdtrain plan` shows train's default), "
                              "or auto (auto:N), the adaptive period (default: 1,10,100,600)")
     parser.add_argument("--modes", default="local",
                         help="any of sync (one synchronous run per worker count), local, "
