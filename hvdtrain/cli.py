@@ -111,9 +111,10 @@ PLAN_EPILOG = """\
 The plan is what the workers of such a job decide before their first step: which
 optimizer --optimizer auto takes and why, the peak learning rate and its cap, the
 period between rounds at this size, how a round travels, and the bytes a worker sends
-per step. Under horovodrun, hvdtrain train prints the same lines from rank 0 and
-writes them to plan.json in the run folder. Nothing is started here, and TensorFlow
-is not loaded.
+per step. With --out naming a run folder that holds a run, the plan is that run's
+resumed: the options it keeps are named. Under horovodrun, hvdtrain train prints the
+same lines from rank 0 and writes them to plan.json in the run folder. Nothing is
+started here, and TensorFlow is not loaded.
 """
 
 
@@ -164,7 +165,8 @@ def _plan(args: argparse.Namespace) -> int:
     from hvdtrain.plan import settle
 
     job = _plan_job(args)
-    plan = settle(config_of(args), job)
+    cfg = config_of(args).resolved()  # as the runner takes it
+    plan = settle(cfg, job, *_saved_run(cfg, job))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
@@ -172,6 +174,20 @@ def _plan(args: argparse.Namespace) -> int:
         for warning in plan.warnings:
             print(f"hvdtrain plan: warning: {warning}")
     return 0
+
+
+def _saved_run(cfg, job) -> tuple:
+    """(the optimizer, the options kept) of the run --out holds, as `hvdtrain train`
+    would resume it (refused in one line as train would); (None, None) for a new run."""
+    import os
+
+    from hvdtrain.training import run_folder
+    from hvdtrain.training.saved_run import checked_same_run
+
+    if not cfg.out or not os.path.isfile(os.path.join(cfg.out, run_folder.CONFIG)) \
+            or cfg.resume == "never":
+        return None, None
+    return checked_same_run(cfg, job)
 
 
 def _accept_verbose_after_the_command(commands) -> None:

@@ -7,7 +7,8 @@ from fake_comm import FakeComm
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import LAMB_FROM_GLOBAL_BATCH, auto_optimizer, settled
-from hvdtrain.training.resume import Job, _check_same_run
+from hvdtrain.plan import Job
+from hvdtrain.training.saved_run import _check_same_run
 
 
 @pytest.mark.parametrize("mode, global_batch, elastic, nesterov, hierarchical, chosen", [

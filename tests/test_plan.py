@@ -96,3 +96,22 @@ def test_hvdtrain_plan_starts_nothing_and_loads_no_tensorflow():
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert "optimizer sgd" in result.stdout
+
+
+def test_hvdtrain_plan_of_a_run_folder_names_what_the_resumed_run_keeps(tmp_path, capsys):
+    import yaml
+
+    from hvdtrain.config import TrainConfig
+
+    # A local run saved with float32 rounds every 5 steps and LAMB, then a command that
+    # leaves those options at their defaults: the plan is the run's as it goes on.
+    saved = dict(TrainConfig().to_dict(), mode="local", n_sync=5, optimizer="lamb",
+                 round_compression="none", out=str(tmp_path))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert main(["plan", "--workers", "8", "--out", str(tmp_path), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["optimizer"], plan["period"], plan["round_compression"]) == \
+        ("lamb", 5, "none")
+    assert plan["kept"]["mode"] == "local" and plan["kept"]["n_sync"] == 5
+    assert main(["plan", "--workers", "8", "--out", str(tmp_path), "--n-sync", "3"]) == 2
+    assert "cannot resume" in capsys.readouterr().err

@@ -32,8 +32,9 @@ from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_v
                                      save_plan, state_callback, use_world)
 from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make_checkpointer
 from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, naming_bad_input
-from hvdtrain.training.resume import (Job, ResumePlan, kept_notice, load_initial_weights,
+from hvdtrain.training.resume import (Job, ResumePlan, load_initial_weights,
                                       on_chief, plan_resume, restore_on_chief)
+from hvdtrain.training.saved_run import kept_notice
 from hvdtrain.training.start import StartedWorker, start_worker
 from hvdtrain.training.summary import run_summary
 from hvdtrain.training.world import (World, current_world,
