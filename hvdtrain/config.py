@@ -21,8 +21,8 @@ import yaml
 from hvdtrain import divergence
 from hvdtrain.buckets import DEFAULT_BUCKET_MB, parse_bucket_spec
 from hvdtrain.errors import ConfigError
-from hvdtrain.rounds.periods import (LOCAL_MODES, AutoPeriod, PerWorkerPeriod, Period, PeriodError,
-                              QuadraticPeriod, parse_period)
+from hvdtrain.rounds.periods import LOCAL_MODES, PerWorkerPeriod, Period, PeriodError, parse_period
+from hvdtrain.rounds.spec import RoundRuleError, RoundSpec
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, RESCALED_ROUND_COMPRESSION,  # noqa: F401
                                    ROUND_COMPRESSIONS, WARM_STARTS, rescales_by_default,
                                    rounds_compression)
@@ -462,14 +462,10 @@ class TrainConfig:
         _check_choices(self)
         _check_mode_options(self)
         _check_dependent_options(self)
-        if self.round_fragments > 1:
-            _check_fragments(self)
-        if self.rescale_rounds:
-            _check_rescaled(self)
-        if self.mode == "async":
-            _check_async(self)
         if self.sync_seconds is not None:
             _check_timed(self)
+        if self.mode in LOCAL_MODES:
+            _check_round_rules(self)
         _check_hierarchical(self)
         return self
 
@@ -573,9 +569,6 @@ def _check_dependent_options(cfg: TrainConfig) -> None:
         raise ConfigError(f"--model-parallel 2 needs --model alexnet-2col, got --model {cfg.model}")
     if cfg.elastic and not cfg.out:
         raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
-    if cfg.warm_start == "single" and cfg.warm_start_steps == 0:
-        raise ConfigError("--warm-start single needs --warm-start-steps > 0, got "
-                          "--warm-start-steps 0")
     if cfg.outer_optimizer == "none" and (cfg.outer_lr != 1.0 or cfg.outer_momentum != 0.0):
         raise ConfigError(
             "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
@@ -589,47 +582,43 @@ def _check_dependent_options(cfg: TrainConfig) -> None:
                           f"{cfg.lars_eta} with --optimizer {cfg.optimizer}")
 
 
-def _check_fragments(cfg: "TrainConfig") -> None:
-    """Fragmented rounds average the plain mean every --n-sync steps: an outer step needs
-    every fragment's x0 at once, and timed rounds end epochs at rounds that would have to
-    average every fragment. Not done yet."""
-    for problem, given in ((cfg.outer_optimizer != "none",
-                            f"--outer-optimizer {cfg.outer_optimizer}"),
-                           (cfg.sync_seconds is not None, f"--sync-seconds {cfg.sync_seconds}")):
-        if problem:
-            raise ConfigError(f"--round-fragments {cfg.round_fragments} does not work with "
-                              f"{given} yet")
+def round_spec(cfg: TrainConfig) -> RoundSpec:
+    """The round choices of a local or async run, for the rules they share with the Keras
+    layer (`hvdtrain.rounds.spec`)."""
+    return RoundSpec(n_sync=cfg.n_sync, sync_seconds=cfg.sync_seconds,
+                     overlap=cfg.mode == "async", fragments=cfg.round_fragments,
+                     rescale=bool(cfg.rescale_rounds), outer=cfg.outer_optimizer,
+                     hierarchical=cfg.hierarchical_sgd, warm_start_steps=cfg.warm_start_steps,
+                     warm_start=cfg.warm_start, epoch_rounds=cfg.epoch_rounds)
 
 
-def _check_rescaled(cfg: "TrainConfig") -> None:
-    """--rescale-rounds stretches a blocking round's mean among all workers (async mode is
-    refused as for any local-mode option)."""
-    for problem, given in ((cfg.hierarchical_sgd, "--hierarchical-sgd"),
-                           (cfg.round_fragments > 1, f"--round-fragments {cfg.round_fragments}")):
-        if problem:
-            raise ConfigError(f"--rescale-rounds needs flat rounds of the whole model, got "
-                              f"{given}")
+def _check_round_rules(cfg: TrainConfig) -> None:
+    try:
+        round_spec(cfg).check(_as_flag)
+    except RoundRuleError as exc:
+        raise ConfigError(str(exc)) from None
 
 
-def _check_async(cfg: "TrainConfig") -> None:
-    """What overlapped rounds cannot do, refused in one line. (Step checkpoints and elastic
-    commits are fine: the round after one blocks, LocalSGD(saves=...).)"""
-    if cfg.outer_optimizer != "none":
-        raise ConfigError(f"--mode async takes the plain average: --outer-optimizer "
-                          f"{cfg.outer_optimizer} needs every worker at a round's result")
+# The round rules' fields as the CLI's flags (`_as_flag`).
+_FLAG_OF = {"fragments": "round_fragments", "rescale": "rescale_rounds",
+            "outer": "outer_optimizer", "hierarchical": "hierarchical_sgd"}
+
+
+def _as_flag(field: str, value: Any, subject: bool) -> str:
+    """A round choice as a command gives it: `--sync-seconds 2.0`, `--no-epoch-rounds`."""
+    if field == "overlap":
+        return "--mode async"
+    flag = option_flag(_FLAG_OF.get(field, field))
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value}"
 
 
 def _check_timed(cfg: "TrainConfig") -> None:
     """Rounds every T seconds: what they need, refused in one line each."""
     _positive_float(cfg, "sync_seconds")
-    if not cfg.epoch_rounds:
-        raise ConfigError(f"--no-epoch-rounds needs rounds every --n-sync steps; --sync-seconds "
-                          f"{cfg.sync_seconds} ends each epoch at a round")
     if cfg.mode not in LOCAL_MODES:
         raise ConfigError(f"--sync-seconds needs --mode local or async, got --mode {cfg.mode}")
-    if isinstance(n_sync_period(cfg), (AutoPeriod, QuadraticPeriod)):
-        raise ConfigError(f"--n-sync {cfg.n_sync} adapts a period of steps; --sync-seconds "
-                          "sets rounds by time instead: give one of them")
     if cfg.eval_every:
         raise ConfigError(f"--eval-every {cfg.eval_every} needs the workers in step; with "
                           "--sync-seconds their steps differ (evaluate at epoch ends instead)")
@@ -645,13 +634,6 @@ def _check_hierarchical(cfg: "TrainConfig") -> None:
     if isinstance(period, PerWorkerPeriod) and period.per == "hosts" and not cfg.hierarchical_sgd:
         raise ConfigError(f"--n-sync {cfg.n_sync} counts hosts, which only --hierarchical-sgd "
                           "averages as one model each; use N/workers")
-    if not cfg.hierarchical_sgd:
-        return
-    for problem, given in ((cfg.sync_seconds is not None, f"--sync-seconds {cfg.sync_seconds}"),
-                           (cfg.warm_start_steps > 0,
-                            f"--warm-start-steps {cfg.warm_start_steps}")):
-        if problem:
-            raise ConfigError(f"--hierarchical-sgd does not work with {given} yet")
 
 
 def _epoch_checkpoints_only(cfg: "TrainConfig", what: str) -> None:

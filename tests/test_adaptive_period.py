@@ -153,7 +153,8 @@ def test_local_sgd_takes_auto_and_names_a_bad_period():
     assert callback.period == 12 and callback.trigger.next_round == 15
     with pytest.raises(ValueError, match="n_sync must be a positive integer"):
         LocalSGD(n_sync=0)
-    with pytest.raises(ValueError, match="takes n_sync or sync_seconds"):
+    with pytest.raises(ValueError, match=r"^LocalSGD\(n_sync='auto'\) adapts a period of steps; "
+                                         r"sync_seconds=2.0 sets rounds by time instead"):
         LocalSGD(n_sync="auto", sync_seconds=2.0, batch_size=4, epoch_examples=10)
 
 

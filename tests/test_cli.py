@@ -42,7 +42,8 @@ def test_cli_options_map_onto_config_fields():
     (["--config", "/nonexistent.yaml"], "hvdtrain: error: config file not found: /nonexistent.yaml"),
     (["--config", "/etc"], "hvdtrain: error: config file /etc cannot be read: Is a directory"),
     (["--mode", "local", "--n-sync", "auto", "--sync-seconds", "2"],
-     "hvdtrain: error: --n-sync auto adapts a period of steps; --sync-seconds sets rounds by time"),
+     "hvdtrain: error: --n-sync auto adapts a period of steps; --sync-seconds 2.0 sets rounds by "
+     "time"),
 ])
 def test_bad_configuration_exits_non_zero_with_one_line(argv, message):
     result = subprocess.run([sys.executable, "-m", "hvdtrain", "train", *argv],

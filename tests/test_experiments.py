@@ -230,8 +230,8 @@ def test_bad_sweep_options_exit_non_zero_before_any_run(argv, message, tmp_path,
     (["--no-epoch-rounds"], "sync,local,async",
      "w2-async-n2-cold (async) would be refused: --epoch-rounds needs --mode local"),
     (["--optimizer", "lamb", "--rescale-rounds"], "local,hlocal",
-     "w2-hlocal-n2-cold (hlocal) would be refused: --rescale-rounds needs flat rounds of the "
-     "whole model, got --hierarchical-sgd"),
+     "w2-hlocal-n2-cold (hlocal) would be refused: --rescale-rounds needs blocking flat rounds "
+     "of the whole model, got --hierarchical-sgd"),
     (["--outer-optimizer", "slowmo", "--outer-momentum", "0.5"], "local,async",
      "w2-async-n2-cold (async) would be refused: --mode async takes the plain average"),
 ])

@@ -68,8 +68,8 @@ def test_a_rescaled_round_counts_a_float_a_weight_variable_more():
 
 @pytest.mark.parametrize("overrides", [dict(hierarchical_sgd=True), dict(round_fragments=2)])
 def test_rescale_rounds_is_refused_beside_rounds_it_cannot_stretch_in_one_line(overrides):
-    with pytest.raises(ConfigError, match="^--rescale-rounds needs flat rounds of the whole "
-                                          "model, got --"):
+    with pytest.raises(ConfigError, match="^--rescale-rounds needs blocking flat rounds of the "
+                                          "whole model, got --"):
         load_config(None, {"mode": "local", "rescale_rounds": True, **overrides})
     with pytest.raises(ConfigError, match="rescale-rounds"):
         load_config(None, {"mode": "async", "rescale_rounds": True})

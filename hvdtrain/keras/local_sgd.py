@@ -53,6 +53,7 @@ from hvdtrain.rounds.periods import (AutoPeriod, PerWorkerPeriod, Period, Quadra
                               parse_period)
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.rounds.policy import Act, RoundPolicy
+from hvdtrain.rounds.spec import RoundRuleError, RoundSpec
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
                                    rescales_by_default, rounds_compression)
 from hvdtrain.rounds.triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
@@ -198,10 +199,12 @@ class LocalSGD(keras.callbacks.Callback):
         period = _checked_period(n_sync, sync_seconds)
         _check_arguments(warm_start_steps, warm_start, outer_optimizer)
         round_compression = _compression(round_compression, fp16_allreduce)
-        _check_fragments(round_fragments, outer_optimizer, sync_seconds)
-        _check_combination(overlap, outer_optimizer, sync_seconds, hierarchical,
-                           warm_start_steps, epoch_rounds)
-        _check_rescaled(rescale_rounds, overlap, hierarchical, round_fragments)
+        _check_fragments(round_fragments)
+        _check_rules(RoundSpec(
+            n_sync=n_sync, sync_seconds=sync_seconds, overlap=overlap, fragments=round_fragments,
+            rescale=bool(rescale_rounds), outer=_outer_name(outer_optimizer),
+            hierarchical=hierarchical, warm_start_steps=warm_start_steps, warm_start=warm_start,
+            epoch_rounds=epoch_rounds))
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
         self.hierarchical = hierarchical
@@ -529,33 +532,34 @@ def _checked_period(n_sync, sync_seconds) -> Period | None:
     where it cannot be."""
     if n_sync is None and sync_seconds is None:
         raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
-    period = _period(n_sync) if n_sync is not None else None
-    if isinstance(period, (AutoPeriod, QuadraticPeriod)) and sync_seconds is not None:
-        raise ArgumentError(f"LocalSGD takes n_sync or sync_seconds, got n_sync={n_sync!r} "
-                            f"and sync_seconds={sync_seconds!r}")
-    return period
+    return _period(n_sync) if n_sync is not None else None
 
 
-def _check_combination(overlap: bool, outer_optimizer: str, sync_seconds, hierarchical: bool,
-                       warm_start_steps: int, epoch_rounds: bool) -> None:
-    if overlap and outer_optimizer != "none":
-        raise ArgumentError(f"LocalSGD(overlap=True) takes the plain average, got "
-                            f"outer_optimizer={outer_optimizer!r}")
-    if hierarchical and (warm_start_steps or sync_seconds is not None):
-        raise ArgumentError("LocalSGD(hierarchical=True) takes no warm start and no "
-                            f"sync_seconds yet, got warm_start_steps={warm_start_steps} "
-                            f"and sync_seconds={sync_seconds!r}")
-    if not epoch_rounds and (overlap or sync_seconds is not None):
-        raise ArgumentError("LocalSGD(epoch_rounds=False) needs blocking rounds every n_sync "
-                            f"steps, got overlap={overlap} and sync_seconds={sync_seconds!r}")
+def _check_rules(spec: RoundSpec) -> None:
+    """The round rules (`hvdtrain.rounds.spec`), in the layer's own words."""
+    try:
+        spec.check(_as_argument)
+    except RoundRuleError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
-def _check_rescaled(rescale_rounds: bool, overlap: bool, hierarchical: bool,
-                    round_fragments: int) -> None:
-    if rescale_rounds and (overlap or hierarchical or round_fragments != 1):
-        raise ArgumentError(f"LocalSGD(rescale_rounds=True) needs blocking flat rounds of the "
-                            f"whole model, got overlap={overlap}, hierarchical={hierarchical} "
-                            f"and round_fragments={round_fragments}")
+def _as_argument(field: str, value, subject: bool) -> str:
+    """A round choice as the layer's user gave it: `overlap=True`, or as a rule's subject
+    `LocalSGD(overlap=True)`."""
+    given = f"{_ARGUMENT_OF.get(field, field)}={value!r}"
+    return f"LocalSGD({given})" if subject else given
+
+
+# The rules' field names as LocalSGD's arguments (the others are the same).
+_ARGUMENT_OF = {"fragments": "round_fragments", "rescale": "rescale_rounds",
+                "outer": "outer_optimizer"}
+
+
+def _outer_name(outer_optimizer) -> str:
+    """The outer step's name for the rules: a Keras optimizer is one too."""
+    if isinstance(outer_optimizer, keras.optimizers.Optimizer):
+        return type(outer_optimizer).__name__
+    return outer_optimizer
 
 
 def _rescales(rescale_rounds: bool | None, optimizer, *, overlap: bool, hierarchical: bool,
@@ -613,16 +617,10 @@ def _compression(round_compression: str, fp16_allreduce: bool) -> str:
     return rounds_compression(round_compression, fp16_allreduce)
 
 
-def _check_fragments(round_fragments, outer_optimizer, sync_seconds) -> None:
+def _check_fragments(round_fragments) -> None:
     if isinstance(round_fragments, bool) or not isinstance(round_fragments, int) \
             or round_fragments < 1:
         raise ArgumentError(f"round_fragments must be a positive integer, got {round_fragments!r}")
-    if round_fragments > 1 and (outer_optimizer != "none" or sync_seconds is not None):
-        # An outer step needs every fragment's x0 and momentum at once; timed rounds end
-        # epochs at rounds that would have to be whole ones. Not done yet.
-        raise ArgumentError(f"LocalSGD(round_fragments={round_fragments}) takes the plain "
-                            f"average every n_sync steps, got outer_optimizer="
-                            f"{outer_optimizer!r} and sync_seconds={sync_seconds!r}")
 
 
 def _check_timed(batch_size, epoch_examples) -> None:
