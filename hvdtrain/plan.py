@@ -50,6 +50,7 @@ class RunPlan:
     send_share: float | None       # bytes a worker sends a step, as a share of sync's
     kept: Mapping[str, Any] = field(default_factory=dict)  # from the saved run
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()    # what was measured of such a job, where it matters
 
     @property
     def global_batch(self) -> int:
@@ -74,7 +75,7 @@ class RunPlan:
         if self.kept:
             kept = ", ".join(f"{name}={value!r}" for name, value in self.kept.items())
             lines.append(f"kept from the saved run: {kept}")
-        return lines
+        return lines + [f"note: {note}" for note in self.notes]
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON values (`plan.json` in the run folder, `hvdtrain plan --json`)."""
@@ -88,7 +89,8 @@ class RunPlan:
                 "round_fragments": self.config.round_fragments,
                 "rescale_rounds": bool(self.config.rescale_rounds),
                 "round_form": self.round_form, "send_share": self.send_share,
-                "kept": dict(self.kept), "warnings": list(self.warnings)}
+                "kept": dict(self.kept), "warnings": list(self.warnings),
+                "notes": list(self.notes)}
 
 
 def settle(cfg: TrainConfig, job: Job, resumed_optimizer: str | None = None,
@@ -109,7 +111,8 @@ def settle(cfg: TrainConfig, job: Job, resumed_optimizer: str | None = None,
         initial_lr=scaled_lr(cfg.base_lr, cfg.batch_size, cfg.lr_scaling, cfg.max_lr),
         lr_workers=lr_workers, period=period, round_form=_round_form(cfg, period),
         send_share=_send_share(cfg, job, period), kept=dict(kept or {}),
-        warnings=tuple(w for w in (_costly_period(cfg, job, period),) if w))
+        warnings=tuple(w for w in (costly_period(cfg, job),) if w),
+        notes=tuple(n for n in (_one_host(cfg, job),) if n))
 
 
 def _optimizer(cfg: TrainConfig, job: Job, resumed: str | None) -> tuple[str, str]:
@@ -205,8 +208,22 @@ def _round_share(cfg: TrainConfig, replicas: int) -> float:
     return total / (VALUE_BYTES["none"] * values)
 
 
-def _costly_period(cfg: TrainConfig, job: Job, period: int | str | None) -> str | None:
-    """Local rounds that move at least as many bytes as sync mode would save nothing."""
+def _one_host(cfg: TrainConfig, job: Job) -> str | None:
+    """Flat local rounds on one host cross no network, yet each is encoded and decoded:
+    over this project's loopback, local's default ran below sync's images/sec
+    (BENCHMARKS.md, "Local mode on a fast link")."""
+    if cfg.mode not in LOCAL_MODES or cfg.hierarchical_sgd or job.hosts > 1 \
+            or job.workers < 2:
+        return None
+    return ("on one host the rounds cross no network: over a loopback local mode's default "
+            "ran at 0.87 to 0.98x sync's images/sec at 2 workers (BENCHMARKS.md, \"Local mode "
+            "on a fast link\"); sync suits one host (give --hosts for a job across hosts)")
+
+
+def costly_period(cfg: TrainConfig, job: Job) -> str | None:
+    """Local rounds that move at least as many bytes as sync mode would save nothing
+    (`cfg` settled: its period known)."""
+    period = _period(cfg, job)
     replicas = job.hosts if cfg.hierarchical_sgd else job.workers
     if cfg.mode not in LOCAL_MODES or not isinstance(period, int) or replicas < 2:
         return None

@@ -115,3 +115,11 @@ def test_hvdtrain_plan_of_a_run_folder_names_what_the_resumed_run_keeps(tmp_path
     assert plan["kept"]["mode"] == "local" and plan["kept"]["n_sync"] == 5
     assert main(["plan", "--workers", "8", "--out", str(tmp_path), "--n-sync", "3"]) == 2
     assert "cannot resume" in capsys.readouterr().err
+
+
+def test_local_mode_on_one_host_notes_that_sync_suits_it():
+    one_host = plan_of(2, mode="local")
+    assert one_host.notes and "sync suits one host" in one_host.notes[0]
+    assert any(line.startswith("note: on one host") for line in one_host.lines())
+    assert plan_of(4, hosts=2, mode="local").notes == ()   # rounds cross hosts
+    assert plan_of(4, mode="sync").notes == ()

@@ -13,7 +13,7 @@ from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import settled
-from hvdtrain.plan import Job, settle
+from hvdtrain.plan import Job, costly_period, settle
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
@@ -44,8 +44,9 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
 def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | None:
     """Rank 0's line when local rounds would move at least as many bytes as sync mode
     (the plan's rule, `hvdtrain.plan`)."""
-    warnings = settle(cfg.resolved(), Job(workers, hosts)).warnings
-    return f"hvdtrain: warning: {warnings[0]}" if warnings else None
+    warning = costly_period(settle(cfg.resolved(), Job(workers, hosts)).config,
+                            Job(workers, hosts))
+    return f"hvdtrain: warning: {warning}" if warning else None
 
 
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:
