@@ -125,7 +125,8 @@ def _optimizer(cfg: TrainConfig, job: Job, resumed: str | None) -> tuple[str, st
     chosen = auto_optimizer(cfg.mode, batch, cfg.elastic, cfg.nesterov, cfg.hierarchical_sgd)
     if chosen == "lamb":
         return chosen, (f"--optimizer auto takes LAMB from a global batch of "
-                        f"{LAMB_FROM_GLOBAL_BATCH} in {cfg.mode} mode (this job's: {batch})")
+                        f"{LAMB_FROM_GLOBAL_BATCH} in {cfg.mode} mode (this job's: {batch}); "
+                        f"measured with LeNet-5 only, --optimizer sgd keeps SGD")
     why = _why_sgd(cfg, batch)
     return chosen, f"--optimizer auto takes SGD {why}"
 
