@@ -75,3 +75,18 @@ def test_choices_that_break_no_rule_pass_and_a_spec_is_one_value():
         RoundSpec(n_sync="qsr", sync_seconds=1.0).check(lambda f, v, s: f)
     with pytest.raises(Exception):
         spec.fragments = 2  # frozen
+
+
+def test_local_sgd_from_a_spec_is_local_sgd_from_the_same_keywords():
+    from hvdtrain import comm
+    from hvdtrain.keras import LocalSGD
+
+    comm.init()  # a world of one worker: a period per worker resolves for it
+    spec = RoundSpec(n_sync="6/workers", overlap=True, fragments=2, warm_start_steps=4)
+    made, given = LocalSGD.from_spec(spec), LocalSGD(n_sync="6/workers", overlap=True,
+                                                     round_fragments=2, warm_start_steps=4)
+    for attribute in ("overlap", "hierarchical", "warm_start", "period"):
+        assert getattr(made, attribute) == getattr(given, attribute)
+    assert made.warm.steps == given.warm.steps == 4
+    with pytest.raises(ArgumentError, match=r"^LocalSGD\(overlap=True\) takes the plain"):
+        LocalSGD.from_spec(RoundSpec(n_sync=2, overlap=True, outer="slowmo"))

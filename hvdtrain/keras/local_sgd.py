@@ -182,6 +182,16 @@ class LocalSGD(keras.callbacks.Callback):
     its step falls. The warm start's end must then fall on an execution boundary.
     """
 
+    @classmethod
+    def from_spec(cls, spec: RoundSpec, **others) -> "LocalSGD":
+        """A LocalSGD holding the rounds `spec` describes (`hvdtrain.rounds.spec`, as the
+        CLI builds it from its flags); `others` are the rest of `__init__`'s arguments."""
+        return cls(n_sync=spec.n_sync, sync_seconds=spec.sync_seconds, overlap=spec.overlap,
+                   round_fragments=spec.fragments, rescale_rounds=spec.rescale,
+                   outer_optimizer=spec.outer, hierarchical=spec.hierarchical,
+                   warm_start_steps=spec.warm_start_steps, warm_start=spec.warm_start,
+                   epoch_rounds=spec.epoch_rounds, **others)
+
     def __init__(self, n_sync: int | str | None = None, warm_start_steps: int = 0,
                  average_bn_stats: bool = True,
                  average_optimizer_state: bool = False,
