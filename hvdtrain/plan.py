@@ -183,12 +183,22 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
             f"{momentum}")
 
 
+def _replicas(cfg: TrainConfig, job: Job) -> int:
+    """The models a round averages: the hosts' in the hierarchy, else the workers'."""
+    return job.hosts if cfg.hierarchical_sgd else job.workers
+
+
+def _sync_step_share(cfg: TrainConfig) -> float:
+    """A sync step's gradients as a share of float32's (--fp16-allreduce halves them)."""
+    return VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"] / VALUE_BYTES["none"]
+
+
 def _send_share(cfg: TrainConfig, job: Job, period: int | str | None) -> float | None:
     """Bytes a worker hands to the network per step (across hosts, for the hierarchy), as
     a share of a sync step's float32 gradients; None where the period is not fixed."""
-    replicas = job.hosts if cfg.hierarchical_sgd else job.workers
+    replicas = _replicas(cfg, job)
     if cfg.mode not in LOCAL_MODES:
-        return VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"] / VALUE_BYTES["none"]
+        return _sync_step_share(cfg)
     if not isinstance(period, int) or replicas < 2:
         return None if replicas >= 2 else 0.0
     # A host's workers split its round across hosts in shards (`keras.host_shards`).
@@ -225,11 +235,10 @@ def costly_period(cfg: TrainConfig, job: Job) -> str | None:
     """Local rounds that move at least as many bytes as sync mode would save nothing
     (`cfg` settled: its period known)."""
     period = _period(cfg, job)
-    replicas = job.hosts if cfg.hierarchical_sgd else job.workers
+    replicas = _replicas(cfg, job)
     if cfg.mode not in LOCAL_MODES or not isinstance(period, int) or replicas < 2:
         return None
-    sync_step = VALUE_BYTES["fp16" if cfg.fp16_allreduce else "none"] / VALUE_BYTES["none"]
-    round_cost = _round_share(cfg, replicas) / sync_step
+    round_cost = _round_share(cfg, replicas) / _sync_step_share(cfg)
     if period > round_cost:
         return None
     return (f"--n-sync {cfg.n_sync} is {period} step(s) at {job_size(job.workers, job.hosts)}, "

@@ -13,7 +13,7 @@ from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import settled
-from hvdtrain.plan import Job, costly_period, settle
+from hvdtrain.plan import Job, costly_period
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
@@ -44,8 +44,7 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
 def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | None:
     """Rank 0's line when local rounds would move at least as many bytes as sync mode
     (the plan's rule, `hvdtrain.plan`)."""
-    warning = costly_period(settle(cfg.resolved(), Job(workers, hosts)).config,
-                            Job(workers, hosts))
+    warning = costly_period(settled(cfg.resolved(), workers), Job(workers, hosts))
     return f"hvdtrain: warning: {warning}" if warning else None
 
 
