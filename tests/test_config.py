@@ -235,7 +235,8 @@ def test_a_lamb_local_run_saved_with_rounds_every_2_steps_goes_on_with_them(tmp_
 
 @pytest.mark.parametrize("mode", ["local", "async", "sync"])
 def test_a_run_saved_before_rescaled_rounds_existed_goes_on_without_them(tmp_path, mode):
-    from hvdtrain.training.resume import Job, kept_notice, plan_resume
+    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.training.saved_run import kept_notice
 
     # Saved with the cap and the compression of the time, before --rescale-rounds.
     _write_saved(tmp_path, {"mode": mode, "optimizer": "lamb", "batch_size": 32, "n_sync": 1,
@@ -275,7 +276,8 @@ def test_an_option_given_otherwise_fixed_at_start_or_of_an_elastic_run_is_refuse
 
 
 def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
-    from hvdtrain.training.resume import Job, kept_notice, plan_resume
+    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.training.saved_run import kept_notice
 
     # Every option the command leaves at its default takes the run's: the mode too, and
     # with it the mode's own defaults.
@@ -329,7 +331,8 @@ def test_every_option_added_since_the_first_schema_declares_what_older_runs_did(
 
 
 def test_a_local_run_saved_before_compressed_rounds_and_the_cap_goes_on_without_them(tmp_path):
-    from hvdtrain.training.resume import Job, kept_notice, plan_resume
+    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.training.saved_run import kept_notice
 
     # Rounds travelled as float32 and the linear rule had no cap: today's int8 rounds and
     # cap of 0.1 would otherwise pass for what the run did.

@@ -16,7 +16,7 @@ from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.plan import Job  # the job that resumes: what its periods resolve for
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
-from hvdtrain.training.saved_run import checked_same_run, kept_notice  # noqa: F401
+from hvdtrain.training.saved_run import checked_same_run
 
 @dataclass
 class ResumePlan:
