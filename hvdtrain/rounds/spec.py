@@ -12,7 +12,7 @@ names its flags (`--mode async`, `--sync-seconds 2.0`), the Keras layer its argu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from hvdtrain.rounds.periods import AutoPeriod, QuadraticPeriod, parse_period
@@ -111,5 +111,3 @@ RULES = (
          (("warm_start_steps", lambda s: s.warm_start_steps == 0),),
          "{subject} needs warm-start steps, got {given}"),
 )
-
-FIELDS = tuple(f.name for f in fields(RoundSpec))
