@@ -150,12 +150,13 @@ def test_a_runs_world_caps_the_rate_of_local_steps_only(monkeypatch, mode, cap, 
     from hvdtrain import comm
     from hvdtrain.config import TrainConfig
     from hvdtrain.progress import TrainingProgress
+    from hvdtrain.plan import Job, settle
     from hvdtrain.training.world import current_world
 
     monkeypatch.setattr(comm, "size", lambda: 8)
     monkeypatch.setattr(comm, "rank", lambda: 0)
     cfg = TrainConfig(mode=mode, local_lr_workers=cap, base_lr=0.1, batch_size=64, **options)
-    world = current_world(cfg, TrainingProgress(epoch_examples=5120))
+    world = current_world(settle(cfg, Job(8, 1)).config, TrainingProgress(epoch_examples=5120))
     assert world.global_batch == 512 and world.schedule.peak_lr == pytest.approx(peak)
 
 
@@ -168,11 +169,12 @@ def test_local_steps_count_8_workers_by_default_and_async_4(monkeypatch, mode, p
     from hvdtrain import comm
     from hvdtrain.config import TrainConfig
     from hvdtrain.progress import TrainingProgress
+    from hvdtrain.plan import Job, settle
     from hvdtrain.training.world import current_world
 
     monkeypatch.setattr(comm, "size", lambda: 8)
     monkeypatch.setattr(comm, "rank", lambda: 0)
     cfg = TrainConfig(mode=mode, base_lr=0.1, batch_size=32)
-    world = current_world(cfg, TrainingProgress(epoch_examples=5120))
+    world = current_world(settle(cfg, Job(8, 1)).config, TrainingProgress(epoch_examples=5120))
     assert world.schedule.peak_lr == pytest.approx(peak)
     assert cfg.resolved().local_lr_workers == {"local": 8, "async": 4}.get(mode)

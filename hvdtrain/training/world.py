@@ -12,7 +12,7 @@ from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
-from hvdtrain.optimizer_choice import settled
+from hvdtrain.optimizer_choice import AUTO, settled
 from hvdtrain.plan import Job, costly_period
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
@@ -27,10 +27,13 @@ class World:
 
 
 def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
-    """The world of the workers running now, continuing the schedule from `progress`."""
+    """The world of the workers running now, continuing the schedule from `progress`.
+    `cfg` is a settled plan's config (`hvdtrain.plan.settle`): the optimizer, its cap
+    and the period were chosen once, for the job as it started, and an elastic resize
+    keeps them."""
+    if cfg.optimizer == AUTO:
+        raise ValueError("current_world takes a settled plan's config, not --optimizer auto")
     workers = comm.size()
-    # The cap's default follows the optimizer, which a run settled already (`auto`'s too).
-    cfg = settled(cfg.resolved(), workers)
     epoch_examples = progress.epoch_examples
     host_workers = comm.host_group().size if cfg.hierarchical_sgd else 0
     schedule = schedule_in_examples(
