@@ -177,17 +177,23 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _saved_run(cfg, job) -> tuple:
-    """(the optimizer, the options kept) of the run --out holds, as `hvdtrain train`
-    would resume it (refused in one line as train would); (None, None) for a new run."""
+    """(the optimizer, the options kept) of the run `hvdtrain train` would resume, as it
+    would resume it (refused in one line as train would): the run --out holds, or with
+    --resume PATH of another run's checkpoint, that run's optimizer (`auto` keeps it);
+    (None, None) for a new run."""
     import os
 
     from hvdtrain.training import run_folder
-    from hvdtrain.training.saved_run import checked_same_run
+    from hvdtrain.training.saved_run import checked_same_run, source_optimizer
 
-    if not cfg.out or not os.path.isfile(os.path.join(cfg.out, run_folder.CONFIG)) \
-            or cfg.resume == "never":
+    if cfg.resume == "never":
         return None, None
-    return checked_same_run(cfg, job)
+    holds_run = bool(cfg.out) and os.path.isfile(os.path.join(cfg.out, run_folder.CONFIG))
+    in_run = holds_run and run_folder.holds_checkpoint(
+        os.path.join(cfg.out, run_folder.CHECKPOINTS), cfg.resume)
+    if cfg.resume != "auto" and not in_run:
+        return source_optimizer(cfg.resume, cfg), None
+    return checked_same_run(cfg, job) if holds_run else (None, None)
 
 
 def _accept_verbose_after_the_command(commands) -> None:

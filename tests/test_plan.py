@@ -117,6 +117,26 @@ def test_hvdtrain_plan_of_a_run_folder_names_what_the_resumed_run_keeps(tmp_path
     assert "cannot resume" in capsys.readouterr().err
 
 
+def test_hvdtrain_plan_resuming_another_runs_checkpoint_keeps_that_runs_optimizer(
+        tmp_path, capsys):
+    import yaml
+
+    from hvdtrain.config import TrainConfig
+
+    # A run of 16 workers took LAMB; its checkpoint, resumed into a new folder by 8 workers
+    # (where `auto` alone would take SGD), holds LAMB's slots: train keeps LAMB, so must plan.
+    source = tmp_path / "source"
+    (source / "checkpoints" / "ckpt-100").mkdir(parents=True)
+    saved = dict(TrainConfig().to_dict(), optimizer="lamb", out=str(source))
+    (source / "config.yaml").write_text(yaml.safe_dump(saved))
+    checkpoint = str(source / "checkpoints" / "ckpt-100")
+    new = ["plan", "--workers", "8", "--out", str(tmp_path / "new"), "--resume", checkpoint]
+    assert main(new + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["optimizer"] == "lamb"
+    assert main(new + ["--optimizer", "sgd"]) == 2
+    assert "written with --optimizer lamb" in capsys.readouterr().err
+
+
 def test_local_mode_on_one_host_notes_that_sync_suits_it():
     one_host = plan_of(2, mode="local")
     assert one_host.notes and "sync suits one host" in one_host.notes[0]

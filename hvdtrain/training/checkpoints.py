@@ -26,6 +26,7 @@ import tensorflow as tf
 from hvdtrain.errors import ConfigError
 from hvdtrain.files import usual_mode
 from hvdtrain.progress import TrainingProgress
+from hvdtrain.training import run_folder
 
 
 STATE_PREFIX = "state"
@@ -139,8 +140,7 @@ class CheckpointStore:
 
     def holds(self, path: str) -> bool:
         """Whether the checkpoint folder `path` is one of this store's."""
-        return os.path.realpath(os.path.dirname(os.path.normpath(path))) == \
-            os.path.realpath(self.folder)
+        return run_folder.holds_checkpoint(self.folder, path)
 
     def set_aside(self, paths: list[str], name: str) -> str:
         """Move checkpoints into a new subfolder `name` (`name-2`, `name-3`, ... if that

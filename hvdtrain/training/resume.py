@@ -11,12 +11,12 @@ import keras
 import tensorflow as tf
 
 from hvdtrain import comm
-from hvdtrain.config import TrainConfig, load_saved_config
+from hvdtrain.config import TrainConfig
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.plan import Job  # the job that resumes: what its periods resolve for
 from hvdtrain.training import run_folder
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress, restore
-from hvdtrain.training.saved_run import checked_same_run
+from hvdtrain.training.saved_run import checked_same_run, source_optimizer
 
 @dataclass
 class ResumePlan:
@@ -85,25 +85,7 @@ def _plan_from(path: str, cfg: TrainConfig, store: CheckpointStore, job: Job) ->
                           "checkpoints (or --resume auto to continue that run)")
     if problem:
         raise ConfigError(problem)
-    return ResumePlan(path, saved, optimizer=_source_optimizer(path, cfg))
-
-
-def _source_optimizer(path: str, cfg: TrainConfig) -> str | None:
-    """The optimizer of the run that wrote checkpoint `path` (from its run folder's
-    config.yaml, if it has one), which `--optimizer auto` takes: a choice made again for
-    this job's size could be another optimizer, whose slots the checkpoint lacks."""
-    source_run = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-    config = os.path.join(source_run, run_folder.CONFIG)
-    if not os.path.isfile(config):
-        return None
-    taken = load_saved_config(config).optimizer
-    if taken == "auto":  # saved before auto chose: nothing known
-        return None
-    if cfg.optimizer not in ("auto", taken):
-        raise ConfigError(f"--resume {path}: the checkpoint was written with --optimizer "
-                          f"{taken} ({config}), not {cfg.optimizer}: give --optimizer "
-                          f"{taken} or auto")
-    return taken
+    return ResumePlan(path, saved, optimizer=source_optimizer(path, cfg))
 
 
 def _store(cfg: TrainConfig) -> CheckpointStore:

@@ -28,6 +28,13 @@ CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 
 
+def holds_checkpoint(checkpoints: str, path: str) -> bool:
+    """Whether the checkpoint folder `path` is one of the folder `checkpoints`' own (a
+    run's `CHECKPOINTS`), whatever links or relative names lead to either."""
+    return os.path.realpath(os.path.dirname(os.path.normpath(path))) == \
+        os.path.realpath(checkpoints)
+
+
 def saved_config(run_dir: str) -> dict[str, Any]:
     """The options the run saved in its config.yaml, as written ({} where it saved none).
     Read as plain YAML, not as a TrainConfig, so that a folder from an older version whose

@@ -96,3 +96,21 @@ def kept_notice(cfg: TrainConfig, kept: dict[str, Any], optimizer: str) -> str:
     options = ", ".join(_as_given(name, value) for name, value in named.items())
     return (f"hvdtrain: resuming {cfg.out} as it was started: {options} (this command gave "
             f"the defaults, which differ)")
+
+
+def source_optimizer(path: str, cfg: TrainConfig) -> str | None:
+    """The optimizer of the run that wrote checkpoint `path` (from its run folder's
+    config.yaml, if it has one), which `--optimizer auto` takes: a choice made again for
+    this job's size could be another optimizer, whose slots the checkpoint lacks."""
+    source_run = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    config = os.path.join(source_run, run_folder.CONFIG)
+    if not os.path.isfile(config):
+        return None
+    taken = load_saved_config(config).optimizer
+    if taken == "auto":  # saved before auto chose: nothing known
+        return None
+    if cfg.optimizer not in ("auto", taken):
+        raise ConfigError(f"--resume {path}: the checkpoint was written with --optimizer "
+                          f"{taken} ({config}), not {cfg.optimizer}: give --optimizer "
+                          f"{taken} or auto")
+    return taken
