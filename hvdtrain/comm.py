@@ -22,7 +22,8 @@ from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.machine.host_layout import HostLayout, layout_from_environment, peer_groups
+from hvdtrain.machine.host_layout import (HostLayout, hosts_from_environment,
+                                          layout_from_environment, peer_groups)
 from hvdtrain.machine.launcher_lifetime import end_with_launcher
 
 
@@ -168,6 +169,18 @@ def host_group() -> WorkerGroup:
     if _host_group is None:
         return WorkerGroup(tuple(range(hvd.size())), 1)
     return _host_group
+
+
+def host_count() -> int:
+    """How many hosts the job's workers run on, the same on every worker and without a
+    collective (elastic workers that join later call it alone): the host groups' count
+    when they were made; else what hvdtrain's horovodrun told every worker; else
+    Horovod's own count from this worker's place (mpirun), every host's when each host has
+    as many workers. `host_group()` alone counts one host unless groups were asked for."""
+    if _host_group is not None:
+        return _host_group.hosts
+    told = hosts_from_environment(os.environ)
+    return told if told is not None else hvd.cross_size()
 
 
 def host_groups_at_start() -> bool:

@@ -211,6 +211,9 @@ class FakeComm:
     def fake_host_group(self) -> comm.WorkerGroup:
         return comm.WorkerGroup(self._my_host(), len(self.hosts))
 
+    def fake_host_count(self) -> int:
+        return len(self.hosts)
+
     def fake_average(self, tensors, name=None, fp16=False, flat=None, group=None):
         ranks = tuple(range(self.workers)) if group is None else tuple(group.ranks)
         return self._allreduce("average", tensors, name, fp16, ranks)

@@ -339,6 +339,10 @@ def test_each_mode_finishes_on_four_hosts_with_a_worker_each_and_ends_in_consens
         np.testing.assert_allclose(other["trainable"], ranks[0]["trainable"], rtol=0, atol=1e-6)
     summary = json.loads((root / f"run-{mode}" / "summary.json").read_text())
     assert summary["workers"] == 4 and summary["mode"] == mode
+    # A flat job makes no host groups: its plan still counts the hosts it runs on, so a
+    # local job across hosts gets no note meant for one host.
+    plan = json.loads((root / f"run-{mode}" / "plan.json").read_text())
+    assert (plan["workers"], plan["hosts"], plan["notes"]) == (4, 4, [])
 
 
 # With process sets made after start (hierarchical mode), Horovod's background loop

@@ -12,7 +12,8 @@ from horovod.runner import gloo_run
 from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 
 from hvdtrain.machine.horovodrun import tell_workers_the_host_sizes
-from hvdtrain.machine.host_layout import HOST_SIZES, HostLayout, layout_from_environment
+from hvdtrain.machine.host_layout import (HOST_SIZES, HostLayout, hosts_from_environment,
+                                          layout_from_environment)
 
 
 @pytest.fixture
@@ -55,6 +56,14 @@ def test_every_worker_reads_the_same_layout_only_when_the_hosts_are_equal(launch
                 true_host_groups(environments)
         else:
             assert layouts == {None}, per_host
+
+
+def test_every_worker_counts_the_hosts_alike_whatever_their_sizes(launcher):
+    # A flat job's plan counts hosts on every worker without a collective: equal or not.
+    for per_host in LAYOUTS:
+        counts = {hosts_from_environment(env) for env in launcher(per_host)}
+        assert counts == {len(per_host)}, per_host
+    assert hosts_from_environment({}) is None  # another launcher: Horovod's own count
 
 
 def test_a_workers_own_place_alone_cannot_tell_unequal_hosts_from_equal_ones(launcher):

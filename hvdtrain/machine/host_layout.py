@@ -72,6 +72,15 @@ def host_sizes(slots: Iterable) -> str:
     return ",".join(str(count) for count in counts.values())
 
 
+def hosts_from_environment(env: Mapping[str, str]) -> int | None:
+    """How many hosts hvdtrain's horovodrun started the job on (`HOST_SIZES`, the same for
+    every worker), or None when another launcher started it."""
+    try:
+        return len([int(size) for size in env[HOST_SIZES].split(",")])
+    except (KeyError, ValueError):
+        return None
+
+
 def layout_from_environment(env: Mapping[str, str]) -> HostLayout | None:
     """The layout when hvdtrain's horovodrun says every host has as many workers, and this
     worker's own place agrees; else None (the sets are then made after the start)."""

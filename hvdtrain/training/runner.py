@@ -162,7 +162,7 @@ def _settled_plan(cfg: TrainConfig, resumed: ResumePlan) -> RunPlan:
 
 
 def _job() -> Job:
-    return Job(comm.size(), comm.host_group().hosts)
+    return Job(comm.size(), comm.host_count())
 
 
 def _training_data(cfg: TrainConfig) -> DataSource:
