@@ -157,6 +157,9 @@ def _compression(cfg: TrainConfig) -> str:
     return rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
 
 
+_VALUE_WORDS = {"none": "float32"}
+
+
 def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     """How a round is held and what it moves, in words."""
     if cfg.mode not in LOCAL_MODES:
@@ -171,7 +174,8 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
         when += ", each behind the next steps"
     what = ["weights"] + (["BatchNorm statistics"] if cfg.average_bn_stats else []) + \
         (["optimizer state"] if cfg.average_optimizer_state else [])
-    form = [f"{_compression(cfg)} values"]
+    # "none" is the option's word for rounds that compress nothing: they send float32.
+    form = [f"{_VALUE_WORDS.get(_compression(cfg), _compression(cfg))} values"]
     if cfg.round_fragments > 1:
         form.append(f"one of {cfg.round_fragments} fragments a round")
     if cfg.rescale_rounds:

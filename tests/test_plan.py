@@ -143,3 +143,8 @@ def test_local_mode_on_one_host_notes_that_sync_suits_it():
     assert any(line.startswith("note: on one host") for line in one_host.lines())
     assert plan_of(4, hosts=2, mode="local").notes == ()   # rounds cross hosts
     assert plan_of(4, mode="sync").notes == ()
+
+
+def test_uncompressed_rounds_are_said_to_send_float32_values():
+    assert "(float32 values)" in plan_of(4, hosts=4, mode="async").round_form
+    assert "(int8 values)" in plan_of(4, hosts=4, mode="local").round_form
