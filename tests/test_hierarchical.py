@@ -195,6 +195,7 @@ def unequal(tmp_path_factory):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # a second job of 22 s: the hierarchy's wiring is the `results` job's above
 def test_hosts_of_unequal_size_agree_after_every_round_of_an_outer_optimizer(unequal):
     assert [r["host"].tolist() for r in unequal] == [[0, 1], [0, 1], [2]]
     summary = json.loads(str(unequal[0]["summary"]))

@@ -58,6 +58,7 @@ def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
     assert "Epoch 2/2" in result.stdout and "[1]<stdout>:Epoch" not in result.stdout
 
 
+@pytest.mark.long  # 34 s; timed rounds' wiring has its real job in make test (test_timed_rounds)
 def test_readme_timed_rounds_example_ends_each_fit_in_consensus_at_the_same_round(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(readme_example() + readme_example("readme-example-timed",
