@@ -569,11 +569,6 @@ def _check_dependent_options(cfg: TrainConfig) -> None:
         raise ConfigError(f"--model-parallel 2 needs --model alexnet-2col, got --model {cfg.model}")
     if cfg.elastic and not cfg.out:
         raise ConfigError("--elastic needs --out: workers that join later must find the run folder")
-    if cfg.outer_optimizer == "none" and (cfg.outer_lr != 1.0 or cfg.outer_momentum != 0.0):
-        raise ConfigError(
-            "--outer-lr/--outer-momentum need --outer-optimizer slowmo or nesterov, "
-            f"got --outer-lr {cfg.outer_lr} --outer-momentum {cfg.outer_momentum} "
-            "with --outer-optimizer none")
     if cfg.nesterov and (cfg.optimizer not in ("sgd", "auto") or cfg.momentum == 0):
         raise ConfigError("--nesterov needs --optimizer sgd with --momentum > 0, "
                           f"got --optimizer {cfg.optimizer} --momentum {cfg.momentum}")
@@ -589,7 +584,13 @@ def round_spec(cfg: TrainConfig) -> RoundSpec:
                      overlap=cfg.mode == "async", fragments=cfg.round_fragments,
                      rescale=bool(cfg.rescale_rounds), outer=cfg.outer_optimizer,
                      hierarchical=cfg.hierarchical_sgd, warm_start_steps=cfg.warm_start_steps,
-                     warm_start=cfg.warm_start, epoch_rounds=cfg.epoch_rounds)
+                     warm_start=cfg.warm_start, epoch_rounds=cfg.epoch_rounds,
+                     # --fp16-allreduce sends rounds as fp16 unless another compression is asked.
+                     compression=rounds_compression(cfg.round_compression or "none",
+                                                    cfg.fp16_allreduce),
+                     statistics=cfg.average_bn_stats,
+                     optimizer_state=cfg.average_optimizer_state,
+                     outer_lr=cfg.outer_lr, outer_momentum=cfg.outer_momentum)
 
 
 def _check_round_rules(cfg: TrainConfig) -> None:

@@ -16,11 +16,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from hvdtrain.config import TrainConfig
+from hvdtrain.config import TrainConfig, round_spec
 from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
 from hvdtrain.rounds.periods import LOCAL_MODES, job_size, resolve_period
 from hvdtrain.rounds.payload import VALUE_BYTES, payload_bytes
-from hvdtrain.rounds.rules import rounds_compression
 from hvdtrain.schedules import lr_scaling_workers, scaled_lr
 
 # A model's size stands in as this many values where the byte shares are worked out: the
@@ -154,7 +153,7 @@ def _period(cfg: TrainConfig, job: Job) -> int | str | None:
 def _compression(cfg: TrainConfig) -> str:
     if cfg.mode not in LOCAL_MODES:
         return "none"
-    return rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
+    return round_spec(cfg).compression
 
 
 _VALUE_WORDS = {"none": "float32"}

@@ -46,7 +46,8 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"mode": "local", "warm_start": "solo"}, "--warm-start must be one of sync, single, got 'solo'"),
     ({"mode": "local", "warm_start": "single"},
      "--warm-start single needs warm-start steps, got --warm-start-steps 0"),
-    ({"mode": "local", "outer_lr": 0.5}, "--outer-lr/--outer-momentum need --outer-optimizer"),
+    ({"mode": "local", "outer_lr": 0.5},
+     "--outer-optimizer none takes the plain average, which has no --outer-lr 0.5"),
     ({"nesterov": True, "momentum": 0.0}, "--nesterov needs --optimizer sgd with --momentum > 0"),
     ({"lr_scaling": "quadratic"}, "--lr-scaling must be one of linear, sqrt, none, got "
                                   "'quadratic'"),

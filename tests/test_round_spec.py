@@ -10,6 +10,12 @@ from hvdtrain.rounds.spec import RULES, RoundRuleError, RoundSpec
 # For each rule, a choice of flags that breaks it, the CLI's line, LocalSGD's arguments
 # that break it, and the layer's line.
 BROKEN = {
+    "outer": (dict(mode="local", outer_momentum=0.9),
+              "--outer-optimizer none takes the plain average, which has no "
+              "--outer-momentum 0.9",
+              dict(n_sync=2, outer_lr=0.5, outer_momentum=0.9),
+              "LocalSGD(outer_optimizer='none') takes the plain average, which has no "
+              "outer_lr=0.5 and outer_momentum=0.9"),
     "overlap": (dict(mode="async", outer_optimizer="slowmo"),
                 "--mode async takes the plain average: --outer-optimizer slowmo needs every "
                 "worker at a round's result",
@@ -82,11 +88,16 @@ def test_local_sgd_from_a_spec_is_local_sgd_from_the_same_keywords():
     from hvdtrain.keras import LocalSGD
 
     comm.init()  # a world of one worker: a period per worker resolves for it
-    spec = RoundSpec(n_sync="6/workers", overlap=True, fragments=2, warm_start_steps=4)
-    made, given = LocalSGD.from_spec(spec), LocalSGD(n_sync="6/workers", overlap=True,
-                                                     round_fragments=2, warm_start_steps=4)
+    spec = RoundSpec(n_sync="6/workers", overlap=True, fragments=2, warm_start_steps=4,
+                     compression="int8", statistics=False, optimizer_state=True)
+    made = LocalSGD.from_spec(spec)
+    given = LocalSGD(n_sync="6/workers", overlap=True, round_fragments=2, warm_start_steps=4,
+                     round_compression="int8", average_bn_stats=False,
+                     average_optimizer_state=True)
     for attribute in ("overlap", "hierarchical", "warm_start", "period"):
         assert getattr(made, attribute) == getattr(given, attribute)
     assert made.warm.steps == given.warm.steps == 4
+    assert made._averager_for.keywords == given._averager_for.keywords
+    assert made._averager_for.keywords["compression"] == "int8"
     with pytest.raises(ArgumentError, match=r"^LocalSGD\(overlap=True\) takes the plain"):
         LocalSGD.from_spec(RoundSpec(n_sync=2, overlap=True, outer="slowmo"))

@@ -190,7 +190,10 @@ class LocalSGD(keras.callbacks.Callback):
                    round_fragments=spec.fragments, rescale_rounds=spec.rescale,
                    outer_optimizer=spec.outer, hierarchical=spec.hierarchical,
                    warm_start_steps=spec.warm_start_steps, warm_start=spec.warm_start,
-                   epoch_rounds=spec.epoch_rounds, **others)
+                   epoch_rounds=spec.epoch_rounds, round_compression=spec.compression,
+                   average_bn_stats=spec.statistics,
+                   average_optimizer_state=spec.optimizer_state, outer_lr=spec.outer_lr,
+                   outer_momentum=spec.outer_momentum, **others)
 
     def __init__(self, n_sync: int | str | None = None, warm_start_steps: int = 0,
                  average_bn_stats: bool = True,
@@ -214,7 +217,9 @@ class LocalSGD(keras.callbacks.Callback):
             n_sync=n_sync, sync_seconds=sync_seconds, overlap=overlap, fragments=round_fragments,
             rescale=bool(rescale_rounds), outer=_outer_name(outer_optimizer),
             hierarchical=hierarchical, warm_start_steps=warm_start_steps, warm_start=warm_start,
-            epoch_rounds=epoch_rounds))
+            epoch_rounds=epoch_rounds, compression=round_compression,
+            statistics=average_bn_stats, optimizer_state=average_optimizer_state,
+            outer_lr=outer_lr, outer_momentum=outer_momentum))
         if sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
         self.hierarchical = hierarchical

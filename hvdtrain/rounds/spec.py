@@ -1,9 +1,11 @@
 """How and when local SGD's workers average, as one frozen value, and the rules that tie
 its choices together, each written once.
 
-`RoundSpec` holds the choices that constrain each other: the period (steps, or an
-adaptive rule) or rounds every T seconds, overlapped rounds (async mode), fragments,
-rescaling, the outer step, the hierarchy, the warm start and rounds at epoch ends.
+`RoundSpec` holds every choice of a round: when (the period in steps or an adaptive rule,
+or rounds every T seconds; rounds at epoch ends; the warm start), how (overlapped behind
+the next steps as in async mode, in fragments, rescaled, across hosts only, sent in float16,
+int8 or int4) and what (BatchNorm statistics and optimizer slots besides the weights, and
+the outer step that takes the average).
 `RULES` says which combinations cannot be; `RoundSpec.check(name)` raises
 `RoundRuleError` for the first that is broken, in the words of whoever asked: the CLI
 names its flags (`--mode async`, `--sync-seconds 2.0`), the Keras layer its arguments
@@ -34,6 +36,11 @@ class RoundSpec:
     warm_start_steps: int = 0
     warm_start: str = "sync"
     epoch_rounds: bool = True
+    compression: str = "none"      # how a round travels: none (float32), fp16, int8, int4
+    statistics: bool = True        # BatchNorm's moving statistics averaged with the weights
+    optimizer_state: bool = False  # the optimizer's slots averaged too (momentum shared)
+    outer_lr: float = 1.0          # the outer step's rate and momentum (SlowMo, Nesterov)
+    outer_momentum: float = 0.0
 
     @property
     def adaptive_period(self) -> bool:
@@ -81,6 +88,11 @@ def _timed(spec: RoundSpec) -> bool:
 
 
 RULES = (
+    # The plain average takes no step of its own: an outer rate or momentum would be ignored.
+    Rule("outer", lambda s: not _outer_step(s),
+         (("outer_lr", lambda s: s.outer_lr != 1.0),
+          ("outer_momentum", lambda s: s.outer_momentum != 0.0)),
+         "{subject} takes the plain average, which has no {given}"),
     # Overlapped rounds land behind the next steps: an outer step needs every worker at the
     # round's result.
     Rule("overlap", lambda s: s.overlap, (("outer", _outer_step),),

@@ -6,7 +6,6 @@ import keras
 import tensorflow as tf
 
 from hvdtrain.config import LOCAL_MODES, TrainConfig, parse_interval, round_spec
-from hvdtrain.rounds.rules import rounds_compression
 from hvdtrain.data import DataSource
 from hvdtrain.keras.callbacks import AverageModelStatistics
 from hvdtrain.keras.local_sgd import LocalSGD
@@ -66,13 +65,9 @@ def state_callback(cfg: TrainConfig, model: keras.Model, progress: TrainingProgr
                    saves: SavePlan) -> LocalSGD | AverageModelStatistics:
     """What keeps the workers' states together beyond gradients, attached to `model`."""
     if cfg.mode in LOCAL_MODES:
-        callback = LocalSGD.from_spec(
-            round_spec(cfg), average_bn_stats=cfg.average_bn_stats,
-            average_optimizer_state=cfg.average_optimizer_state,
-            outer_lr=cfg.outer_lr, outer_momentum=cfg.outer_momentum,
-            # --fp16-allreduce sends the rounds as fp16 unless another compression is asked.
-            round_compression=rounds_compression(cfg.round_compression, cfg.fp16_allreduce),
-            progress=progress, batch_size=cfg.batch_size, saves=saves, run_epochs=cfg.epochs)
+        callback = LocalSGD.from_spec(round_spec(cfg), progress=progress,
+                                      batch_size=cfg.batch_size, saves=saves,
+                                      run_epochs=cfg.epochs)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.
