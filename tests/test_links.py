@@ -78,6 +78,7 @@ def test_without_the_privilege_to_shape_bench_stops_with_one_line(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # 13 s: a bench job over a shaped link, kept out of make test with the other benches
 @needs_shaping
 def test_a_short_bench_job_runs_over_a_shaped_link(tmp_path):
     out = tmp_path / "bench"

@@ -385,6 +385,7 @@ def test_without_epoch_rounds_evaluations_see_the_average_and_training_never_not
 
 # --- failures and the command line ---
 
+@pytest.mark.long  # 14 s, most of it the late worker's deliberate wait
 def test_throughput_is_the_jobs_examples_over_the_jobs_span_when_a_worker_starts_late(tmp_path):
     late = 3.0
     horovodrun("throughput_worker.py", str(tmp_path), str(late))
