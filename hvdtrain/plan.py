@@ -174,7 +174,8 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     what = ["weights"] + (["BatchNorm statistics"] if cfg.average_bn_stats else []) + \
         (["optimizer state"] if cfg.average_optimizer_state else [])
     # "none" is the option's word for rounds that compress nothing: they send float32.
-    form = [f"{_VALUE_WORDS.get(_compression(cfg), _compression(cfg))} values"]
+    compression = _compression(cfg)
+    form = [f"{_VALUE_WORDS.get(compression, compression)} values"]
     if cfg.round_fragments > 1:
         form.append(f"one of {cfg.round_fragments} fragments a round")
     if cfg.rescale_rounds:

@@ -27,6 +27,7 @@ averages", for the measurement behind that default).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from typing import Callable
@@ -186,14 +187,9 @@ class LocalSGD(keras.callbacks.Callback):
     def from_spec(cls, spec: RoundSpec, **others) -> "LocalSGD":
         """A LocalSGD holding the rounds `spec` describes (`hvdtrain.rounds.spec`, as the
         CLI builds it from its flags); `others` are the rest of `__init__`'s arguments."""
-        return cls(n_sync=spec.n_sync, sync_seconds=spec.sync_seconds, overlap=spec.overlap,
-                   round_fragments=spec.fragments, rescale_rounds=spec.rescale,
-                   outer_optimizer=spec.outer, hierarchical=spec.hierarchical,
-                   warm_start_steps=spec.warm_start_steps, warm_start=spec.warm_start,
-                   epoch_rounds=spec.epoch_rounds, round_compression=spec.compression,
-                   average_bn_stats=spec.statistics,
-                   average_optimizer_state=spec.optimizer_state, outer_lr=spec.outer_lr,
-                   outer_momentum=spec.outer_momentum, **others)
+        given = {_ARGUMENT_OF.get(f.name, f.name): getattr(spec, f.name)
+                 for f in dataclasses.fields(spec)}
+        return cls(**given, **others)
 
     def __init__(self, n_sync: int | str | None = None, warm_start_steps: int = 0,
                  average_bn_stats: bool = True,
@@ -565,9 +561,11 @@ def _as_argument(field: str, value, subject: bool) -> str:
     return f"LocalSGD({given})" if subject else given
 
 
-# The rules' field names as LocalSGD's arguments (the others are the same).
+# The spec's field names as LocalSGD's arguments (the others are the same): the
+# rules' words, and `from_spec`'s map.
 _ARGUMENT_OF = {"fragments": "round_fragments", "rescale": "rescale_rounds",
-                "outer": "outer_optimizer"}
+                "outer": "outer_optimizer", "compression": "round_compression",
+                "statistics": "average_bn_stats", "optimizer_state": "average_optimizer_state"}
 
 
 def _outer_name(outer_optimizer) -> str:
