@@ -196,12 +196,12 @@ F32 = dict(round_compression="none")
 ])
 def test_rank_0_warns_when_local_rounds_would_move_as_many_bytes_as_sync(overrides, workers,
                                                                            warns):
-    from hvdtrain.training.world import costly_period_warning
+    from hvdtrain.plan import Job, settle
 
-    warning = costly_period_warning(load_config(None, overrides), workers, 1)
-    assert (warning is not None) == warns
+    warnings = settle(load_config(None, overrides), Job(workers, 1)).warnings
+    assert bool(warnings) == warns
     if warns:
-        assert warning.startswith("hvdtrain: warning: --n-sync") and "\n" not in warning
+        assert warnings[0].startswith("--n-sync") and "\n" not in warnings[0]
 
 
 def test_rounds_every_t_seconds_keep_no_step_period_beside_a_default_per_worker():

@@ -248,13 +248,12 @@ def test_what_hierarchical_cannot_do_yet_is_refused_in_one_line(overrides, messa
 ])  # with --average-optimizer-state: a round of the weights alone costs half
 def test_rank_0_warns_when_hierarchical_rounds_move_as_many_bytes_between_hosts_as_sync(
         n_sync, workers, hosts, warns):
-    from hvdtrain.training.world import costly_period_warning
+    from hvdtrain.plan import Job, settle
 
     cfg = load_config(None, dict(mode="local", hierarchical_sgd=True, n_sync=n_sync,
                                  average_optimizer_state=True, round_compression="none"))
-    warning = costly_period_warning(cfg, workers, hosts)
-    assert (warning is not None) == warns
+    warnings = settle(cfg, Job(workers, hosts)).warnings
+    assert bool(warnings) == warns
     if n_sync == "40/hosts" and warns:
-        assert warning.startswith("hvdtrain: warning: --n-sync 40/hosts is 2 step(s) at 40 "
-                                  "workers on 20 hosts, and each round moves 2x a sync "
-                                  "step's bytes")
+        assert warnings[0].startswith("--n-sync 40/hosts is 2 step(s) at 40 workers on 20 "
+                                      "hosts, and each round moves 2x a sync step's bytes")

@@ -12,8 +12,7 @@ from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
 from hvdtrain.errors import ConfigError
-from hvdtrain.optimizer_choice import AUTO, settled
-from hvdtrain.plan import Job, costly_period
+from hvdtrain.optimizer_choice import AUTO
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
@@ -42,13 +41,6 @@ def current_world(cfg: TrainConfig, progress: TrainingProgress) -> World:
         lr_scaling_workers(workers, cfg.mode in LOCAL_MODES, cfg.local_lr_workers, host_workers),
         cfg.lr_scaling, cfg.max_lr)
     return World(comm.rank(), workers, cfg.batch_size * workers, schedule)
-
-
-def costly_period_warning(cfg: TrainConfig, workers: int, hosts: int) -> str | None:
-    """Rank 0's line when local rounds would move at least as many bytes as sync mode
-    (the plan's rule, `hvdtrain.plan`)."""
-    warning = costly_period(settled(cfg.resolved(), workers), Job(workers, hosts))
-    return f"hvdtrain: warning: {warning}" if warning else None
 
 
 def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None) -> int:
