@@ -25,6 +25,10 @@ from hvdtrain.schedules import lr_scaling_workers, scaled_lr
 # A model's size stands in as this many values where the byte shares are worked out: the
 # shares hardly depend on it (scales and padding are under 1% from a few thousand values).
 NOMINAL_VALUES = 1_000_000
+# The largest global batch any of hvdtrain's recipes has been trained at (LeNet-5, 32 x 64;
+# BENCHMARKS.md, "Not measured"): past it the learning rate's rule and auto's choice are
+# extrapolated, so the plan says so.
+LARGEST_MEASURED_GLOBAL_BATCH = 2048
 # Optimizers that keep a running square beside the momentum (it travels in float32).
 WITH_RUNNING_SQUARES = ("adam", "lamb")
 
@@ -110,7 +114,7 @@ def settle(cfg: TrainConfig, job: Job, resumed_optimizer: str | None = None,
         initial_lr=scaled_lr(cfg.base_lr, cfg.batch_size, cfg.lr_scaling, cfg.max_lr),
         lr_workers=lr_workers, period=period, round_form=_round_form(cfg, period),
         send_share=_send_share(cfg, job, period), kept=dict(kept or {}),
-        warnings=tuple(w for w in (costly_period(cfg, job),) if w),
+        warnings=tuple(w for w in (costly_period(cfg, job), unmeasured_batch(cfg, job)) if w),
         notes=tuple(n for n in (_one_host(cfg, job),) if n))
 
 
@@ -248,6 +252,17 @@ def costly_period(cfg: TrainConfig, job: Job) -> str | None:
     return (f"--n-sync {cfg.n_sync} is {period} step(s) at {job_size(job.workers, job.hosts)}, "
             f"and each round moves {round_cost:.3g}x a sync step's bytes: as many as --mode "
             f"sync, which would keep the workers identical; use it, or a longer period")
+
+
+def unmeasured_batch(cfg: TrainConfig, job: Job) -> str | None:
+    """A global batch past any that hvdtrain's recipes were trained at."""
+    batch = cfg.batch_size * job.workers
+    if batch <= LARGEST_MEASURED_GLOBAL_BATCH:
+        return None
+    return (f"a global batch of {batch} ({job.workers} x {cfg.batch_size}) is past the largest "
+            f"hvdtrain has trained at, {LARGEST_MEASURED_GLOBAL_BATCH}: its optimizer choice "
+            f"and learning rate are extrapolated there; compare with a run at "
+            f"{LARGEST_MEASURED_GLOBAL_BATCH} or less before trusting the result")
 
 
 def _cap_words(max_lr: float) -> str:

@@ -62,6 +62,12 @@ def test_a_period_as_costly_as_sync_is_a_warning_of_the_plan():
     assert plan_of(4, mode="local").warnings == ()
 
 
+def test_a_global_batch_past_the_largest_measured_is_a_warning_of_the_plan():
+    assert plan_of(32, batch_size=64).warnings == ()              # 2,048: measured
+    past = plan_of(64, hosts=8, batch_size=256).warnings
+    assert len(past) == 1 and past[0].startswith("a global batch of 16384 (64 x 256) is past")
+
+
 def test_hvdtrain_plan_prints_the_plan_and_its_json(capsys):
     assert main(["plan", "--workers", "16", "--batch-size", "64"]) == 0
     out = capsys.readouterr().out
