@@ -228,7 +228,10 @@ class TrainConfig:
         "last round, set anew at every round and never below 2 (auto:N starts from N); "
         "qsr:B:G: the quadratic synchronization rule (Gu et al. 2024), max(B, floor((G * "
         "peak / rate)^2)) steps from the learning rate at each round, peak the highest rate "
-        "so far: B steps while the rate is high, more as it decays (qsr:B: G = 1; qsr: B = 2). "
+        "so far: B steps while the rate is high, more as it decays (qsr:B: G = 1; qsr: B = 2); "
+        "link:S:M: the period follows the link, set at every round from the workers' timed "
+        "steps and rounds to the fewest steps, up to M, for which rounds take at most S% of "
+        "a worker's time (link:S: M = 8; link: S = 15, M = 8), starting from 2. "
         "Flat local mode rounds every step on LAMB (which --optimizer auto takes from a "
         "global batch of 1,024), every 2 steps otherwise",
         modes=LOCAL_MODES, elsewhere="ignored", default_per_mode=DEFAULT_N_SYNC)

@@ -170,3 +170,70 @@ def test_hierarchical_rounds_give_every_worker_the_mean_of_all_workers_statistic
         for rank, (_, after) in enumerate(results):
             np.testing.assert_allclose(after[step], mean_before, rtol=1e-5, atol=1e-6,
                                        err_msg=f"rank {rank} after step {step + 1}")
+
+
+class RoundsAfterEachStep(keras.callbacks.Callback):
+    """Whether the period's round came after each step, and the period in force then
+    (placed after LocalSGD)."""
+
+    def __init__(self, local):
+        super().__init__()
+        self.local = local
+        self.held: list[bool] = []
+        self.periods: list[int] = []
+        self._before = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._before = self.local.rounds
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.held.append(self.local.rounds > self._before)
+        self.periods.append(self.local.period)
+
+
+def _fit_link(workers: int, clock=None, slower_rank: int | None = None, **local_options):
+    """Each worker's weights, rounds and periods after every step of two epochs of local SGD
+    whose period follows the link (`n_sync="link"`)."""
+    import time
+
+    class SlowerSteps(keras.callbacks.Callback):  # before LocalSGD: part of the step's time
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.02)
+
+    def work(rank):
+        model = _model()
+        x, y = _data(comm.rank(), comm.size())
+        local = hk.LocalSGD(n_sync="link", **local_options,
+                            **({"clock": clock()} if clock else {}))
+        seen, counted = WeightsAfterEachStep(), RoundsAfterEachStep(local)
+        slower = [SlowerSteps()] if rank == slower_rank else []
+        model.fit(np.tile(x, (2, 1)), np.tile(y, 2), batch_size=BATCH, epochs=2, shuffle=False,
+                  verbose=0, callbacks=[*slower, local, seen, counted])
+        return np.stack(seen.weights), counted.held, counted.periods, local.trigger.saved()
+    return run_workers(workers, work)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_link_period_is_every_workers_though_each_times_its_own_steps(overlap):
+    """Rank 1's steps are 20 ms slower and every worker times its own rounds, yet the summed
+    report sets the same period on every worker at the same round: their rounds meet, and
+    after each blocking one every worker holds the same weights."""
+    results = _fit_link(3, slower_rank=1, overlap=overlap, round_compression="none")
+    weights, held, periods, saved = zip(*results)
+    assert all(h == held[0] for h in held) and all(p == periods[0] for p in periods)
+    assert len(set(saved)) == 1 and sum(held[0]) >= 4
+    if not overlap:
+        for step in np.flatnonzero(held[0]):
+            assert all(np.array_equal(weights[0][step], w[step]) for w in weights[1:]), step
+
+
+@pytest.mark.parametrize("tick, period", [(100.0, 1), (1e-9, 8)])
+def test_the_link_period_shortens_when_steps_dwarf_rounds_and_stops_at_its_longest(tick, period):
+    """Each worker's clock moves `tick` seconds a reading, so a step takes `tick` to it: far
+    longer than any round (rounds every step), or far shorter (the longest period, 8)."""
+    import itertools
+
+    results = _fit_link(2, clock=lambda: itertools.count(step=tick).__next__)
+    _, _, periods, _ = zip(*results)
+    assert periods[0][:3] == [2, 2, 2]   # from 2 until the second round has been timed
+    assert periods[0][-1] == periods[1][-1] == period

@@ -42,23 +42,26 @@ from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
 from hvdtrain.keras.fragmented_rounds import FragmentedAverager, FragmentedOverlap
 from hvdtrain.keras.initial_state import InitialState
+from hvdtrain.keras.link_rounds import LinkRounds
 from hvdtrain.keras.overlap import OverlappedRounds
 from hvdtrain.keras.kept_schedule import KeptSchedule
-from hvdtrain.keras.round_reports import CountReport, LossReport, NoReport, RateReport
+from hvdtrain.keras.reported_schedule import ReportedSchedule
+from hvdtrain.keras.round_reports import CountReport, NoReport, RateReport, SummedReport
 from hvdtrain.keras.round_runner import RoundRunner
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
                                   learning_rate_at, optimizer_step,
                                   set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
-from hvdtrain.rounds.periods import (AutoPeriod, PerWorkerPeriod, Period, QuadraticPeriod,
-                              parse_period)
+from hvdtrain.rounds.periods import (AutoPeriod, LinkPeriod, PerWorkerPeriod, Period,
+                                     QuadraticPeriod, parse_period)
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.rounds.policy import Act, RoundPolicy
 from hvdtrain.rounds.spec import RoundRuleError, RoundSpec
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
                                    rescales_by_default, rounds_compression)
 from hvdtrain.rounds.triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
-                                     EveryTSeconds, RateFollowingPeriod, WarmStartEnd)
+                                     EveryTSeconds, LinkFollowingPeriod, RateFollowingPeriod,
+                                     WarmStartEnd)
 from hvdtrain.rounds.save_plan import SavePlan
 from hvdtrain.rounds.timed import RoundTimer
 
@@ -75,7 +78,10 @@ class LocalSGD(keras.callbacks.Callback):
         "qsr:B:G" (or "qsr:B", G = 1; "qsr", B = 2) sets it at every round from the
         optimizer's learning rate η by the quadratic synchronization rule,
         max(B, ⌊(G · peak / η)²⌋) with peak the highest rate at a round so far
-        (Gu et al. 2024; `hvdtrain.rounds.triggers.RateFollowingPeriod`).
+        (Gu et al. 2024; `hvdtrain.rounds.triggers.RateFollowingPeriod`);
+        "link:S:M" (or "link:S", M = 8; "link", S = 15) sets it at every round from the
+        workers' timed steps and rounds, the fewest steps, up to M, for which rounds take
+        at most S% of a worker's time (`hvdtrain.keras.link_rounds`).
       warm_start_steps: steps trained before going local, as `warm_start` says.
       warm_start: "sync": gradients are averaged every step of the warm start
         (post-local SGD, Lin et al. 2018); needs an optimizer made by
@@ -168,6 +174,8 @@ class LocalSGD(keras.callbacks.Callback):
         the count is the progress's: the optimizer's step follows it at every fit's start
         and at every round, so a mixed-precision step skipped for overflow on one worker
         cannot move that worker's rounds.
+      clock: the seconds that rounds every T seconds and the link's period time steps by
+        (`time.monotonic`; a test gives its own).
 
     Epoch logs gain `averaging_rounds` (rounds so far), `n_sync` (the period in force, unless
     rounds come every T seconds) and `divergence` (mean L2
@@ -260,9 +268,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.warm = WarmStartEnd(warm_start_steps)
         self.timed = TimedEpochs(self.progress, self.batch_size) \
             if sync_seconds is not None else None
-        self.adaptive = AdaptiveRounds(AdaptivePeriod(
-            period.initial, period.minimum, warm_start_steps)) if isinstance(
-                period, AutoPeriod) else None
+        self.reported = _reported_schedule(period, warm_start_steps, clock)
         self.rate_rounds = KeptSchedule(RateFollowingPeriod(
             period.base, period.growth, self._rate, warm_start_steps), "rate_period") \
             if isinstance(period, QuadraticPeriod) else None
@@ -283,8 +289,8 @@ class LocalSGD(keras.callbacks.Callback):
         return self.progress.averaging_rounds
 
     def _make_trigger(self, period, sync_seconds, clock):
-        if self.adaptive is not None:
-            return self.adaptive.trigger
+        if self.reported is not None:
+            return self.reported.trigger
         if self.rate_rounds is not None:
             return self.rate_rounds.trigger
         if sync_seconds is not None:
@@ -292,8 +298,8 @@ class LocalSGD(keras.callbacks.Callback):
         return EveryNSteps(period, self.warm.steps)
 
     def _make_report(self) -> NoReport:
-        if self.adaptive is not None:
-            return LossReport(self.adaptive)
+        if self.reported is not None:
+            return SummedReport(self.reported)
         if self.rate_rounds is not None:
             return RateReport(self.rate_rounds)
         if self.timed is not None:
@@ -367,11 +373,13 @@ class LocalSGD(keras.callbacks.Callback):
         if self.timed is not None:
             _check_one_epoch_per_fit(epoch, self.params.get("epochs", epoch + 1))
             self.timed.begin_epoch()
-        if self.adaptive is not None:
-            self.adaptive.loss.begin_epoch()
+        if self.reported is not None:
+            self.reported.begin_epoch()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
+        if self.reported is not None:
+            self.reported.batch_begun()
 
     def on_train_batch_end(self, batch, logs=None):
         steps = executed_steps(self._begin, batch)
@@ -379,13 +387,15 @@ class LocalSGD(keras.callbacks.Callback):
             self.progress.advance(steps, self.batch_size or 0, comm.size())
         done = range(self.progress.steps - steps + 1, self.progress.steps + 1)
         self.consensus.note(done)
-        if self.adaptive is not None:
-            self.adaptive.observe(batch, logs)
+        if self.reported is not None:
+            self.reported.batch_ended(batch, steps, logs)
         if self.warm.due(done):
             self._end_warm_start()
         elif self.trigger.due(done):
             with self.runner.timing():
                 self.kind.hold()
+            if self.reported is not None:
+                self.reported.round_took(self.runner.last_seconds)
         act = self.policy.at_step_end(self.progress.in_consensus, done)
         if act is Act.ROUND:
             self.consensus.take()  # this round is the one the save waits for
@@ -440,8 +450,8 @@ class LocalSGD(keras.callbacks.Callback):
 
     @property
     def _schedule(self) -> KeptSchedule | None:
-        """The period's schedule kept with the model (auto's or qsr's), if it has one."""
-        return self.adaptive or self.rate_rounds
+        """The period's schedule kept with the model (auto's, qsr's or link's), if it has one."""
+        return self.reported or self.rate_rounds
 
     def _rate(self, step: int) -> float:
         """The learning rate of the job's `step`-th step, which a rate-following period
@@ -473,8 +483,8 @@ class LocalSGD(keras.callbacks.Callback):
             averaging_optimizer(self.model.optimizer).averaging_enabled.assign(False)
         with self.runner.timing():
             self.runner.blocking_round(warm_start=True)
-        if self.adaptive is not None:
-            self.adaptive.loss.take()  # F₀ is the first local period's loss
+        if self.reported is not None:
+            self.reported.warm_start_ended()  # auto's F₀ is the first local period's loss
         if self.timed is not None:
             self.timed.begin(self.progress.steps, in_step=False)
         self.trigger.restart()
@@ -535,7 +545,18 @@ def _period(n_sync) -> Period:
         return parse_period(n_sync)
     except ConfigError:
         raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\", "
-                            f"\"auto:N\" or \"qsr:B:G\", got {n_sync!r}") from None
+                            f"\"auto:N\", \"qsr:B:G\" or \"link:S:M\", got {n_sync!r}") from None
+
+
+def _reported_schedule(period, warm_start_steps: int,
+                       clock: Callable[[], float]) -> ReportedSchedule | None:
+    """The schedule of a period that the workers' reports set (auto, link), if it is one."""
+    if isinstance(period, AutoPeriod):
+        return AdaptiveRounds(AdaptivePeriod(period.initial, period.minimum, warm_start_steps))
+    if isinstance(period, LinkPeriod):
+        return LinkRounds(LinkFollowingPeriod(period.share, period.maximum, period.initial,
+                                              warm_start_steps), clock)
+    return None
 
 
 def _checked_period(n_sync, sync_seconds) -> Period | None:

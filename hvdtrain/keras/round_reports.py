@@ -5,9 +5,10 @@ round sums. A blocking round exchanges it in an allreduce of its own; an overlap
 round carries it, and the sum arrives with the round's mean, one period later.
 
 - `NoReport`: a fixed period needs nothing but the state.
-- `LossReport`: `n_sync="auto"`: the training loss since the last round, from which every
-  worker sets the same next period (`hvdtrain.keras.adaptive_rounds`). Only the
-  trigger's own rounds carry it, after the state.
+- `SummedReport`: `n_sync="auto"` and `n_sync="link"`: what every worker saw since the last
+  round (its training loss; its time in rounds and in steps), from whose sum every worker
+  sets the same next period (`hvdtrain.keras.reported_schedule`). Only the trigger's own
+  rounds carry it, after the state.
 - `RateReport`: `n_sync="qsr:B:G"`: nothing travels, since every worker reads the same
   learning rate from its own optimizer; after each of the trigger's rounds the period it
   set is kept with the model (`hvdtrain.keras.kept_schedule`).
@@ -26,8 +27,8 @@ from typing import Callable
 import numpy as np
 
 from hvdtrain import comm
-from hvdtrain.keras.adaptive_rounds import REPORT_LENGTH, AdaptiveRounds
 from hvdtrain.keras.kept_schedule import KeptSchedule
+from hvdtrain.keras.reported_schedule import ReportedSchedule
 from hvdtrain.keras.timed_epochs import TimedEpochs
 
 
@@ -66,27 +67,27 @@ class RateReport(NoReport):
         self.schedule.keep()
 
 
-class LossReport(NoReport):
+class SummedReport(NoReport):
     carries = True
 
-    def __init__(self, adaptive: AdaptiveRounds):
-        self.adaptive = adaptive
+    def __init__(self, schedule: ReportedSchedule):
+        self.schedule = schedule
 
     def length(self) -> int:
-        return REPORT_LENGTH
+        return self.schedule.length
 
     def after_state(self) -> int:
-        return self.adaptive.exchange_and_learn()
+        return self.schedule.exchange_and_learn()
 
     def carried(self) -> np.ndarray:
-        return self.adaptive.report()
+        return self.schedule.report()
 
     def learn(self, summed) -> None:
         if summed is not None:
-            self.adaptive.learn(summed)
+            self.schedule.learn(summed)
 
     def round_held(self) -> None:
-        self.adaptive.keep()
+        self.schedule.keep()
 
 
 class CountReport(NoReport):

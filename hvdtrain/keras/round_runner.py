@@ -37,6 +37,7 @@ class RoundRunner:
         self.averager: ModelStateAverager | FragmentedAverager | None = None
         self.overlapped: OverlappedRounds | None = None
         self._distances: list[float] = []
+        self.last_seconds = 0.0  # of the last span `timing` counted
 
     def attach(self, model: keras.Model, averager: ModelStateAverager | FragmentedAverager,
                overlapped: OverlappedRounds | None) -> None:
@@ -52,11 +53,13 @@ class RoundRunner:
 
     @contextlib.contextmanager
     def timing(self):
+        """Count the time inside in the run's seconds in rounds; `last_seconds` then holds it."""
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.progress.round_seconds += time.perf_counter() - start
+            self.last_seconds = time.perf_counter() - start
+            self.progress.round_seconds += self.last_seconds
 
     @property
     def fragmented(self) -> bool:

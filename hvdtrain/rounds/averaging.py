@@ -81,6 +81,21 @@ def quadratic_period(rate: float, peak: float, base: int, growth: float) -> int:
     return max(base, min(QSR_LONGEST, math.floor((growth * max(peak, rate) / rate) ** 2 + 1e-9)))
 
 
+def link_period(round_seconds: float, step_seconds: float, share: float, maximum: int,
+                minimum: int = 1) -> int:
+    """The fewest local steps between rounds for which the rounds take at most `share` of a
+    worker's time: a round of r seconds after P steps of t seconds each costs r / (r + P·t),
+    which is at most s when P ≥ r·(1 − s) / (s·t). Kept within [minimum, maximum]: a link
+    so slow that it asks for more keeps `maximum`, since a longer period costs accuracy.
+    Times that are not positive finite numbers (nothing measured yet) keep `minimum`.
+    """
+    if not all(math.isfinite(v) and v > 0 for v in (round_seconds, step_seconds)):
+        return minimum
+    steps = round_seconds * (1.0 - share) / (share * step_seconds)
+    # The tolerance keeps an exact ratio (2.0000000000000004) at its whole number.
+    return max(minimum, min(maximum, math.ceil(steps - 1e-9)))
+
+
 def is_epoch_end(step: int, steps_per_epoch: int) -> bool:
     return step % steps_per_epoch == 0
 

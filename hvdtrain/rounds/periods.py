@@ -2,14 +2,15 @@
 
 A period is a number of local steps between two averaging rounds, given as a fixed
 number (100), per worker (40/workers, 40/workers:5), per host for hierarchical local
-SGD (40/hosts), adaptive to the loss (auto, auto:48) or following the learning rate
-(qsr, qsr:1, qsr:1:1.5). Pure: the trainer's options
+SGD (40/hosts), adaptive to the loss (auto, auto:48), following the learning rate
+(qsr, qsr:1, qsr:1:1.5) or following the link (link, link:15, link:15:8). Pure: the trainer's options
 (`hvdtrain.config`), the Keras layer and the cost model all read periods here, and each
 names its own flag or argument when one is wrong.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +31,19 @@ AUTO_MIN_PERIOD = 2
 QSR_BASE = 2
 QSR_GROWTH = 1.0
 
+# link: the period that holds the rounds to at most this share (percent) of a worker's time
+# (`hvdtrain.rounds.averaging.link_period`), measured at every round: so local mode keeps at
+# least 0.85x of independent workers' images/sec, the bar its time measurements were held
+# to. It starts at local's default period under SGD, and never exceeds four times it: a
+# guard on the workers' drift, since longer periods were not measured with today's rounds.
+# "link:S" and "link:S:M" set the share and the longest period.
+LINK_SHARE_PERCENT = 15
+LINK_INITIAL_PERIOD = 2
+LINK_MAX_PERIOD = 8
+
 _GRAMMAR = re.compile(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)(?::(\d+))?")
 _QSR = re.compile(r"qsr(?::(\d+)(?::(\d+(?:\.\d*)?|\.\d+))?)?")
+_LINK = re.compile(r"link(?::(\d+)(?::(\d+))?)?")
 
 
 class PeriodError(ConfigError, ValueError):
@@ -44,8 +56,10 @@ class PeriodError(ConfigError, ValueError):
         self.spec = spec
         self.problem = (f"must be a positive integer, got {spec!r} (or N/workers, N/hosts, "
                         "N/workers:M for at least M steps, auto, auto:N to start the "
-                        "adaptive period at N, or qsr, qsr:B or qsr:B:G for a period of at "
-                        "least B steps that grows as the learning rate decays)")
+                        "adaptive period at N, qsr, qsr:B or qsr:B:G for a period of at "
+                        "least B steps that grows as the learning rate decays, or link, "
+                        "link:S or link:S:M for the period that holds rounds to S% of the "
+                        "time (1 to 90), at most M steps)")
         super().__init__(f"a period {self.problem}")
 
 
@@ -89,7 +103,21 @@ class QuadraticPeriod:
     growth: float = QSR_GROWTH
 
 
-Period = int | AutoPeriod | PerWorkerPeriod | QuadraticPeriod
+@dataclass(frozen=True)
+class LinkPeriod:
+    """link:S:M: the period set at every round so that the rounds take at most S% of a
+    worker's time, from 1 to `maximum` steps (`hvdtrain.rounds.averaging.link_period`)."""
+
+    share_percent: int = LINK_SHARE_PERCENT
+    maximum: int = LINK_MAX_PERIOD
+    initial: int = LINK_INITIAL_PERIOD
+
+    @property
+    def share(self) -> float:
+        return self.share_percent / 100.0
+
+
+Period = int | AutoPeriod | PerWorkerPeriod | QuadraticPeriod | LinkPeriod
 
 
 def parse_period(spec: Any) -> Period:
@@ -97,9 +125,11 @@ def parse_period(spec: Any) -> Period:
     "40/workers" -> PerWorkerPeriod(40); "40/workers:5" -> PerWorkerPeriod(40, minimum=5);
     "qsr:1:1.5" -> QuadraticPeriod(1, 1.5); anything else raises PeriodError."""
     text = "" if isinstance(spec, bool) else str(spec).strip().lower().replace(" ", "")
-    qsr = _QSR.fullmatch(text)
+    qsr, link = _QSR.fullmatch(text), _LINK.fullmatch(text)
     if qsr:
         period = _quadratic(*qsr.groups())
+    elif link:
+        period = _link(*link.groups())
     else:
         match = _GRAMMAR.fullmatch(text)
         period = _period_of(*match.groups()) if match else None
@@ -113,6 +143,15 @@ def _quadratic(base: str | None, growth: str | None) -> QuadraticPeriod | None:
     period = QuadraticPeriod(int(base) if base else QSR_BASE,
                              float(growth) if growth else QSR_GROWTH)
     return period if period.base > 0 and period.growth > 0 else None
+
+
+def _link(share: str | None, maximum: str | None) -> LinkPeriod | None:
+    """link's period, or None for a share outside 1 to 90% or a longest period of zero."""
+    period = LinkPeriod(int(share) if share else LINK_SHARE_PERCENT,
+                        int(maximum) if maximum else LINK_MAX_PERIOD)
+    if not 1 <= period.share_percent <= 90 or period.maximum < 1:
+        return None
+    return dataclasses.replace(period, initial=min(period.initial, period.maximum))
 
 
 def _period_of(steps: str | None, auto_initial: str | None, worker_steps: str | None,
@@ -129,7 +168,8 @@ def _period_of(steps: str | None, auto_initial: str | None, worker_steps: str | 
     return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial)) if initial > 0 else None
 
 
-def resolve_period(spec: Any, workers: int, hosts: int) -> int | AutoPeriod | QuadraticPeriod:
+def resolve_period(spec: Any, workers: int,
+                   hosts: int) -> int | AutoPeriod | QuadraticPeriod | LinkPeriod:
     """The period a job of `workers` workers on `hosts` hosts uses: N/workers and N/hosts
     come to their steps, anything else is as `parse_period` reads it."""
     period = parse_period(spec)
@@ -138,7 +178,7 @@ def resolve_period(spec: Any, workers: int, hosts: int) -> int | AutoPeriod | Qu
 
 def period_label(spec: Any, workers: int, hosts: int) -> int | str:
     """How tables name a period at `workers` workers on `hosts` hosts: its steps (N/workers
-    and N/hosts resolved), or the word it was given (auto, auto:48, qsr:1)."""
+    and N/hosts resolved), or the word it was given (auto, auto:48, qsr:1, link)."""
     period = resolve_period(spec, workers, hosts)
     return period if isinstance(period, int) else str(spec)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hvdtrain.rounds.periods import AutoPeriod, QuadraticPeriod, parse_period
+from hvdtrain.rounds.periods import AutoPeriod, LinkPeriod, QuadraticPeriod, parse_period
 
 
 class RoundRuleError(ValueError):
@@ -26,7 +26,7 @@ class RoundRuleError(ValueError):
 
 @dataclass(frozen=True)
 class RoundSpec:
-    n_sync: Any = None             # the period as given (steps, N/workers, auto, qsr), or None
+    n_sync: Any = None             # the period as given (steps, N/workers, auto, qsr, link), or None
     sync_seconds: float | None = None
     overlap: bool = False          # each round's allreduce behind the next steps (async mode)
     fragments: int = 1
@@ -44,9 +44,9 @@ class RoundSpec:
 
     @property
     def adaptive_period(self) -> bool:
-        """A period that a rule sets anew at rounds (auto, qsr), not a number of steps."""
-        return self.n_sync is not None and isinstance(parse_period(self.n_sync),
-                                                      (AutoPeriod, QuadraticPeriod))
+        """A period that a rule sets anew at rounds (auto, qsr, link), not a number of steps."""
+        return self.n_sync is not None and isinstance(
+            parse_period(self.n_sync), (AutoPeriod, QuadraticPeriod, LinkPeriod))
 
     def check(self, name: Callable[[str, Any, bool], str]) -> "RoundSpec":
         """Raise RoundRuleError for the first broken rule; `name(field, value, subject)`

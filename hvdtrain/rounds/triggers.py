@@ -15,7 +15,7 @@ import math
 from typing import Callable, Sequence
 
 from hvdtrain.rounds.averaging import (adacomm_period, is_local_sync_step, is_warm_start_end,
-                                quadratic_period)
+                                       link_period, quadratic_period)
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.rounds.timed import RoundTimer
 
@@ -186,6 +186,41 @@ class RateFollowingPeriod(PeriodSetAtRounds):
     def restore(self, saved: Sequence[float]) -> None:
         peak, n_sync, next_round = saved
         self.peak, self.n_sync, self.next_round = float(peak), int(n_sync), int(next_round)
+
+
+class LinkFollowingPeriod(PeriodSetAtRounds):
+    """A round every `n_sync` local steps, the period set anew at each round so that the
+    rounds take at most `share` of a worker's time (`averaging.link_period`), from the
+    workers' summed timings since the last round: as a link slows (or a host's traffic
+    grows), rounds come less often, and more often as it frees up.
+
+    Every worker learns the same sums at the same round, so all hold the same period and
+    the same rounds, though each timed its own steps and rounds.
+    """
+
+    def __init__(self, share: float, maximum: int, initial_period: int,
+                 warm_start_steps: int = 0):
+        super().__init__(initial_period, warm_start_steps)
+        self.share = share
+        self.maximum = maximum
+
+    def learn(self, round_seconds: float, rounds: float, step_seconds: float,
+              steps: float) -> None:
+        """The workers' summed seconds in rounds and in steps since the last report, and the
+        rounds and steps those covered (summed too): set the period from their means. A
+        report that covers no round (the first) or no step keeps the period."""
+        if rounds > 0 and steps > 0:
+            self.n_sync = link_period(round_seconds / rounds, step_seconds / steps,
+                                      self.share, self.maximum)
+
+    def saved(self) -> tuple[int, int]:
+        """What every worker must share to hold the same rounds (the period in force, the
+        step of the next round), kept as the adaptive period's is."""
+        return self.n_sync, self.next_round
+
+    def restore(self, saved: Sequence[float]) -> None:
+        n_sync, next_round = saved
+        self.n_sync, self.next_round = int(n_sync), int(next_round)
 
 
 class LossSinceRound:
