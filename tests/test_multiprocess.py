@@ -39,6 +39,8 @@ RUNS = {
     # cosine decay fewer rounds as the rate falls.
     "plain_local_qsr_constant": dict(PLAIN_LOCAL, n_sync="qsr:1"),
     "local_qsr_cosine": dict(PLAIN_LOCAL, n_sync="qsr:1", lr_decay="cosine"),
+    # The period that follows the link: each rank times its own steps and rounds.
+    "plain_local_link": dict(PLAIN_LOCAL, n_sync="link"),
     "slowmo_identity": dict(PLAIN_LOCAL, n_sync=3, outer_optimizer="slowmo",
                             outer_lr=1.0, outer_momentum=0.0),
     "slowmo_momentum": dict(PLAIN_LOCAL, n_sync=3, outer_optimizer="slowmo",
@@ -269,6 +271,17 @@ def test_a_rate_following_period_rounds_at_its_base_while_the_rate_holds_and_les
     _assert_same_on_both_ranks(decaying, "trainable", atol=0)
     # 8 steps from the peak: rounds after steps 1 to 4, then 6, then the epoch's end at 8.
     assert decaying[0]["summary"]["averaging_rounds"] == 6
+
+
+def test_a_period_that_follows_the_link_leaves_both_ranks_alike_on_real_collectives(trained):
+    root, results, _ = trained
+    ranks = results["plain_local_link"]
+    _assert_same_on_both_ranks(ranks, "trainable", atol=0)
+    assert ranks[0]["summary"]["n_sync"] == "link"
+    assert 2 <= ranks[0]["summary"]["averaging_rounds"] <= 8   # a round after step 2 and 8
+    epoch = json.loads((root / "run-plain_local_link" / "metrics.jsonl").read_text()
+                       .splitlines()[-1])
+    assert 1 <= epoch["n_sync"] <= 8                             # the period in force
 
 
 def test_slowmo_with_alpha_1_beta_0_matches_plain_local_sgd(trained):
