@@ -78,12 +78,15 @@ def test_the_sweep_table_reports_when_each_run_reached_the_target(tmp_path):
 
 
 def test_the_sweep_grid_takes_sync_runs_and_adaptive_periods():
-    assert parse_period_list("10, 50,auto,auto:48") == [10, 50, "auto", "auto:48"]
-    with pytest.raises(ConfigError, match="--n-sync must be positive integers, N/workers or auto"):
+    assert parse_period_list("10, 50,auto,auto:48,link:20") == [10, 50, "auto", "auto:48",
+                                                                  "link:20"]
+    with pytest.raises(ConfigError, match="--n-sync takes periods separated by commas, got "
+                                          "'10,often': 'often' is none"):
         parse_period_list("10,often")
-    names = [r.name for r in grid([4], [10, "auto:48"], ["cold"], ("sync", "local", "async"))]
-    assert names == ["w4-sync", "w4-n10-cold", "w4-nauto48-cold", "w4-async-n10-cold",
-                     "w4-async-nauto48-cold"]
+    names = [r.name for r in grid([4], [10, "auto:48", "link"], ["cold"],
+                                  ("sync", "local", "async"))]
+    assert names == ["w4-sync", "w4-n10-cold", "w4-nauto48-cold", "w4-nlink-cold",
+                     "w4-async-n10-cold", "w4-async-nauto48-cold", "w4-async-nlink-cold"]
     # N/workers becomes each worker count's own number, and runs once where it repeats one.
     assert parse_period_list("40/workers,10") == ["40/workers", 10]
     names = [r.name for r in grid([2, 4, 8], ["40/workers", 10], ["cold"])]

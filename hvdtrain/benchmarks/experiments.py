@@ -157,7 +157,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--n-sync", default="1,10,100,600",
                         help="local-SGD periods for more than one worker: numbers, N/workers "
                              "(resolved per worker count; `hvdtrain plan` shows train's default), "
-                             "or auto (auto:N), the adaptive period (default: 1,10,100,600)")
+                             "auto (auto:N), the adaptive period, or link (link:S:M), the period "
+                             "that follows the link (default: 1,10,100,600)")
     parser.add_argument("--modes", default="local",
                         help="any of sync (one synchronous run per worker count), local, "
                              "async (rounds behind training), hlocal and hasync (hierarchical: "
@@ -367,14 +368,15 @@ def _report(args: argparse.Namespace, base: TrainConfig, rows: list[dict],
 
 
 def parse_period_list(text: str) -> list[int | str]:
-    """'10,50,auto' -> [10, 50, 'auto']: each a --n-sync that `hvdtrain train` takes."""
+    """'10,50,auto,link' -> [10, 50, 'auto', 'link']: each a --n-sync that `hvdtrain train`
+    takes."""
     values = [part.strip() for part in str(text).split(",")]
-    try:
-        for value in values:
+    for value in values:
+        try:
             parse_period(value)
-    except PeriodError:
-        raise ConfigError(f"--n-sync must be positive integers, N/workers or auto (auto:N) "
-                          f"separated by commas, got {text!r}") from None
+        except PeriodError as exc:
+            raise ConfigError(f"--n-sync takes periods separated by commas, got {text!r}: "
+                              f"{value!r} is none ({exc.problem})") from None
     return [int(v) if v.isdigit() else v for v in values]
 
 
