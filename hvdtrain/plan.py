@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from hvdtrain.config import TrainConfig, round_spec
 from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
-from hvdtrain.rounds.periods import LOCAL_MODES, job_size, resolve_period
+from hvdtrain.rounds.periods import LOCAL_MODES, LinkPeriod, job_size, parse_period, resolve_period
 from hvdtrain.rounds.payload import VALUE_BYTES, payload_bytes
 from hvdtrain.schedules import lr_scaling_workers, scaled_lr
 
@@ -170,7 +170,7 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     when = (f"every {cfg.sync_seconds:g} s" if cfg.sync_seconds is not None
             else "every step" if period == 1
             else f"every {period} steps" if isinstance(period, int)
-            else f"by the rule {period}")
+            else _rule_words(period))
     if cfg.hierarchical_sgd:
         when += " across hosts (gradients averaged every step inside each host)"
     if cfg.mode == "async":
@@ -189,6 +189,16 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     momentum = "averaged" if cfg.average_optimizer_state else "kept on each worker"
     return (f"{when}; averaging {', '.join(what)} ({', '.join(form)}); optimizer state "
             f"{momentum}")
+
+
+def _rule_words(period: str) -> str:
+    """A period that a rule sets at rounds, in words."""
+    rule = parse_period(period)
+    if isinstance(rule, LinkPeriod):
+        return (f"as the link allows ({period}: every 1 to {rule.maximum} steps, the fewest "
+                f"that hold rounds to {rule.share_percent}% of a worker's time, set at every "
+                f"round from the workers' timings)")
+    return f"by the rule {period}"
 
 
 def _replicas(cfg: TrainConfig, job: Job) -> int:

@@ -154,3 +154,11 @@ def test_local_mode_on_one_host_notes_that_sync_suits_it():
 def test_uncompressed_rounds_are_said_to_send_float32_values():
     assert "(float32 values)" in plan_of(4, hosts=4, mode="async").round_form
     assert "(int8 values)" in plan_of(4, hosts=4, mode="local").round_form
+
+
+def test_a_period_that_follows_the_link_is_said_in_words():
+    form = plan_of(4, hosts=4, mode="local", n_sync="link:20:6").round_form
+    assert form.startswith("as the link allows (link:20:6: every 1 to 6 steps, the fewest that "
+                           "hold rounds to 20% of a worker's time")
+    assert plan_of(4, hosts=4, mode="local", n_sync="auto").round_form.startswith(
+        "by the rule auto;")
