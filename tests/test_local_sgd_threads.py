@@ -191,9 +191,10 @@ class RoundsAfterEachStep(keras.callbacks.Callback):
         self.periods.append(self.local.period)
 
 
-def _fit_link(workers: int, clock=None, slower_rank: int | None = None, **local_options):
-    """Each worker's weights, rounds and periods after every step of two epochs of local SGD
-    whose period follows the link (`n_sync="link"`)."""
+def _fit_link(workers: int, clock=None, slower_rank: int | None = None, epochs: int = 2,
+              **local_options):
+    """Each worker's weights, rounds and periods after every step of `epochs` epochs of 16
+    steps of local SGD whose period follows the link (`n_sync="link"`)."""
     import time
 
     class SlowerSteps(keras.callbacks.Callback):  # before LocalSGD: part of the step's time
@@ -207,7 +208,7 @@ def _fit_link(workers: int, clock=None, slower_rank: int | None = None, **local_
                             **({"clock": clock()} if clock else {}))
         seen, counted = WeightsAfterEachStep(), RoundsAfterEachStep(local)
         slower = [SlowerSteps()] if rank == slower_rank else []
-        model.fit(np.tile(x, (2, 1)), np.tile(y, 2), batch_size=BATCH, epochs=2, shuffle=False,
+        model.fit(np.tile(x, (2, 1)), np.tile(y, 2), batch_size=BATCH, epochs=epochs, shuffle=False,
                   verbose=0, callbacks=[*slower, local, seen, counted])
         return np.stack(seen.weights), counted.held, counted.periods, local.trigger.saved()
     return run_workers(workers, work)
@@ -233,7 +234,7 @@ def test_the_link_period_shortens_when_steps_dwarf_rounds_and_stops_at_its_longe
     longer than any round (rounds every step), or far shorter (the longest period, 8)."""
     import itertools
 
-    results = _fit_link(2, clock=lambda: itertools.count(step=tick).__next__)
+    results = _fit_link(2, clock=lambda: itertools.count(step=tick).__next__, epochs=1)
     _, _, periods, _ = zip(*results)
     assert periods[0][:3] == [2, 2, 2]   # from 2 until the second round has been timed
     assert periods[0][-1] == periods[1][-1] == period
