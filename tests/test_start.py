@@ -78,7 +78,8 @@ def test_a_later_run_cannot_pin_a_worker_started_unpinned(monkeypatch):
 
 
 @pytest.mark.multiprocess
-def test_pinned_workers_can_train_hierarchically(tmp_path):
+@pytest.mark.long  # the order is checked in one process above; --pin-cores keeps its own
+def test_pinned_workers_can_train_hierarchically(tmp_path):  # job in test_multiprocess
     """--pin-cores with --hierarchical-sgd: each worker takes its cores before its host
     groups start TensorFlow's runtime (once refused: the pinning came after them)."""
     out = tmp_path / "run"
