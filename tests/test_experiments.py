@@ -208,7 +208,7 @@ def test_plot_rejects_folders_without_steps_and_bad_windows_in_one_line(tmp_path
 
 @pytest.mark.parametrize("argv, message", [
     (["--workers", "1,0"], "--workers must be positive integers separated by commas, got '1,0'"),
-    (["--n-sync", "ten"], "--n-sync must be positive integers"),
+    (["--n-sync", "ten"], "--n-sync takes periods separated by commas, got 'ten': 'ten' is none"),
     (["--start", "cold,hot"],
      "--start takes a comma-separated list of cold, warm, single; got 'hot'"),
     (["--start", "single", "--warm-start-steps", "0"],
