@@ -32,7 +32,7 @@ demo: setup
 test: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not cluster and not image and not image_gpu and not long and not scale and not slurm" $(PYTEST_ARGS)
 
-# The jobs of 20 seconds or more each (killed and hung workers, elastic resizes, sweeps,
+# The jobs of 10 seconds or more each (killed and hung workers, elastic resizes, sweeps,
 # benches, bitwise repeats), kept out of `make test` to hold it to 8 minutes here;
 # about 9 minutes itself (docs/development.md has what each target costs). CI runs it
 # after `make test`.
