@@ -129,7 +129,7 @@ def _optimizer(cfg: TrainConfig, job: Job, resumed: str | None) -> tuple[str, st
     if chosen == "lamb":
         return chosen, (f"--optimizer auto takes LAMB from a global batch of "
                         f"{LAMB_FROM_GLOBAL_BATCH} in {cfg.mode} mode (this job's: {batch}); "
-                        f"measured with LeNet-5 only, --optimizer sgd keeps SGD")
+                        f"measured with LeNet-5 and ResNet-20 only, --optimizer sgd keeps SGD")
     why = _why_sgd(cfg, batch)
     return chosen, f"--optimizer auto takes SGD {why}"
 
