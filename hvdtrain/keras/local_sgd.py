@@ -36,7 +36,7 @@ import keras
 
 from hvdtrain import comm
 from hvdtrain.rounds import quantize
-from hvdtrain.errors import ArgumentError, ConfigError
+from hvdtrain.errors import ArgumentError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
 from hvdtrain.keras.gradient_averaging import averaging_optimizer
@@ -53,7 +53,7 @@ from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_opti
                                   set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.rounds.periods import (AutoPeriod, LinkPeriod, PerWorkerPeriod, Period,
-                                     QuadraticPeriod, parse_period)
+                                     PeriodError, QuadraticPeriod, parse_period)
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.rounds.policy import Act, RoundPolicy
 from hvdtrain.rounds.spec import RoundRuleError, RoundSpec
@@ -543,9 +543,8 @@ class LocalSGD(keras.callbacks.Callback):
 def _period(n_sync) -> Period:
     try:
         return parse_period(n_sync)
-    except ConfigError:
-        raise ArgumentError(f"n_sync must be a positive integer, \"N/workers\", \"auto\", "
-                            f"\"auto:N\", \"qsr:B:G\" or \"link:S:M\", got {n_sync!r}") from None
+    except PeriodError as exc:  # its words list every form a period may take
+        raise ArgumentError(f"n_sync {exc.problem}") from None
 
 
 def _reported_schedule(period, warm_start_steps: int,

@@ -10,7 +10,6 @@ names its own flag or argument when one is wrong.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +31,9 @@ QSR_BASE = 2
 QSR_GROWTH = 1.0
 
 # link: the period that holds the rounds to at most this share (percent) of a worker's time
-# (`hvdtrain.rounds.averaging.link_period`), measured at every round: so local mode keeps at
-# least 0.85x of independent workers' images/sec, the bar its time measurements were held
-# to. It starts at local's default period under SGD, and never exceeds four times it: a
+# (`hvdtrain.rounds.averaging.link_period`), measured at every round: 15% asks for local
+# mode to keep at least 0.85x of independent workers' images/sec, the bar its time
+# measurements were held to. It starts at local's default period under SGD, and never exceeds four times it: a
 # guard on the workers' drift, since longer periods were not measured with today's rounds.
 # "link:S" and "link:S:M" set the share and the longest period.
 LINK_SHARE_PERCENT = 15
@@ -147,11 +146,11 @@ def _quadratic(base: str | None, growth: str | None) -> QuadraticPeriod | None:
 
 def _link(share: str | None, maximum: str | None) -> LinkPeriod | None:
     """link's period, or None for a share outside 1 to 90% or a longest period of zero."""
-    period = LinkPeriod(int(share) if share else LINK_SHARE_PERCENT,
-                        int(maximum) if maximum else LINK_MAX_PERIOD)
-    if not 1 <= period.share_percent <= 90 or period.maximum < 1:
+    percent = int(share) if share else LINK_SHARE_PERCENT
+    longest = int(maximum) if maximum else LINK_MAX_PERIOD
+    if not 1 <= percent <= 90 or longest < 1:
         return None
-    return dataclasses.replace(period, initial=min(period.initial, period.maximum))
+    return LinkPeriod(percent, longest, min(LINK_INITIAL_PERIOD, longest))
 
 
 def _period_of(steps: str | None, auto_initial: str | None, worker_steps: str | None,
