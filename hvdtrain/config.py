@@ -22,7 +22,7 @@ from hvdtrain import divergence
 from hvdtrain.buckets import DEFAULT_BUCKET_MB, parse_bucket_spec
 from hvdtrain.errors import ConfigError
 from hvdtrain.rounds.periods import LOCAL_MODES, PerWorkerPeriod, Period, PeriodError, parse_period
-from hvdtrain.rounds.spec import RoundRuleError, RoundSpec
+from hvdtrain.rounds.spec import ROUND_FIELDS, RoundFieldError, RoundRuleError, RoundSpec
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, RESCALED_ROUND_COMPRESSION,  # noqa: F401
                                    ROUND_COMPRESSIONS, WARM_STARTS, rescales_by_default,
                                    rounds_compression)
@@ -581,19 +581,22 @@ def _check_dependent_options(cfg: TrainConfig) -> None:
 
 
 def round_spec(cfg: TrainConfig) -> RoundSpec:
-    """The round choices of a local or async run, for the rules they share with the Keras
-    layer (`hvdtrain.rounds.spec`)."""
-    return RoundSpec(n_sync=cfg.n_sync, sync_seconds=cfg.sync_seconds,
-                     overlap=cfg.mode == "async", fragments=cfg.round_fragments,
-                     rescale=bool(cfg.rescale_rounds), outer=cfg.outer_optimizer,
-                     hierarchical=cfg.hierarchical_sgd, warm_start_steps=cfg.warm_start_steps,
-                     warm_start=cfg.warm_start, epoch_rounds=cfg.epoch_rounds,
-                     # --fp16-allreduce sends rounds as fp16 unless another compression is asked.
-                     compression=rounds_compression(cfg.round_compression or "none",
-                                                    cfg.fp16_allreduce),
-                     statistics=cfg.average_bn_stats,
-                     optimizer_state=cfg.average_optimizer_state,
-                     outer_lr=cfg.outer_lr, outer_momentum=cfg.outer_momentum)
+    """The round choices of a local or async run (`hvdtrain.rounds.spec`), which the Keras
+    layer takes and whose rules the CLI shares with it; a bad one refused in one line
+    naming its flag. Each is the option of its name (`_OPTION_OF` names the others), but
+    overlap, which is --mode async, and how rounds travel, which --fp16-allreduce joins."""
+    given = {field: getattr(cfg, _OPTION_OF.get(field, field)) for field in ROUND_FIELDS
+             if field not in ("overlap", "round_compression", "fp16_allreduce")}
+    try:
+        return RoundSpec(
+            **given, overlap=cfg.mode == "async",
+            # --fp16-allreduce sends rounds as fp16 unless another compression is asked (and
+            # a warm start's gradients as fp16 too: the spec's own fp16_allreduce is rounds').
+            round_compression=rounds_compression(cfg.round_compression or "none",
+                                                 cfg.fp16_allreduce))
+    except RoundFieldError as exc:
+        raise ConfigError(f"{option_flag(_OPTION_OF.get(exc.field, exc.field))} "
+                          f"{exc.problem}") from None
 
 
 def _check_round_rules(cfg: TrainConfig) -> None:
@@ -603,16 +606,16 @@ def _check_round_rules(cfg: TrainConfig) -> None:
         raise ConfigError(str(exc)) from None
 
 
-# The round rules' fields as the CLI's flags (`_as_flag`).
-_FLAG_OF = {"fragments": "round_fragments", "rescale": "rescale_rounds",
-            "outer": "outer_optimizer", "hierarchical": "hierarchical_sgd"}
+# The round choices (RoundSpec's fields) whose option is named otherwise: the spec is built
+# from them (`round_spec`) and the rules say them by their flags (`_as_flag`).
+_OPTION_OF = {"hierarchical": "hierarchical_sgd"}
 
 
 def _as_flag(field: str, value: Any, subject: bool) -> str:
     """A round choice as a command gives it: `--sync-seconds 2.0`, `--no-epoch-rounds`."""
     if field == "overlap":
         return "--mode async"
-    flag = option_flag(_FLAG_OF.get(field, field))
+    flag = option_flag(_OPTION_OF.get(field, field))
     if isinstance(value, bool):
         return flag if value else "--no-" + flag[2:]
     return f"{flag} {value}"

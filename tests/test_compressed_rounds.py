@@ -140,7 +140,7 @@ def test_local_sgd_fp16_allreduce_builds_the_rounds_round_compression_fp16_does(
 def test_local_sgd_refuses_fp16_allreduce_with_int8_rounds_in_one_line():
     # In the Keras layer fp16_allreduce reaches only the rounds: beside int8 it would be lost.
     with pytest.raises(ArgumentError, match=r"^LocalSGD\(fp16_allreduce=True\) sends rounds "
-                                            r"as float16, round_compression='int8' as int8: "
+                                            r"as float16, round_compression='int8' codes them: "
                                             r"give one$"):
         hk.LocalSGD(n_sync=2, fp16_allreduce=True, round_compression="int8")
 

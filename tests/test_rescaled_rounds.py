@@ -100,3 +100,15 @@ def test_local_sgd_rescales_lambs_rounds_unless_told_as_the_cli_does(optimizer, 
                                                                      rescaled):
     averager = LocalSGD(n_sync=2, **options).attach(compiled(optimizer()))
     assert (averager.origin is not None) == rescaled
+
+
+def test_a_round_spec_leaves_rescaling_to_the_optimizer_as_the_keywords_do():
+    # A spec made without the optimizer cannot know it: on a Keras Lamb its rounds are
+    # rescaled as the keyword form's are, and told otherwise they are not.
+    from hvdtrain.rounds.spec import RoundSpec
+
+    for chosen, rescaled in (({}, True), ({"rescale_rounds": False}, False)):
+        for layer in (LocalSGD(RoundSpec(n_sync=2, round_compression="int8", **chosen)),
+                      LocalSGD(n_sync=2, round_compression="int8", **chosen)):
+            averager = layer.attach(compiled(keras.optimizers.Lamb(0.01)))
+            assert (averager.origin is not None) == rescaled

@@ -119,9 +119,9 @@ def test_local_sgd_with_timed_rounds_needs_the_batch_size_and_the_epoch_length()
     from hvdtrain.keras.local_sgd import LocalSGD
 
     with pytest.raises(ValueError, match="needs batch_size"):
-        LocalSGD(10, sync_seconds=1.0, epoch_examples=100)
+        LocalSGD(n_sync=10, sync_seconds=1.0, epoch_examples=100)
     with pytest.raises(ValueError, match="needs epoch_examples"):
-        LocalSGD(10, sync_seconds=1.0, batch_size=8)
+        LocalSGD(n_sync=10, sync_seconds=1.0, batch_size=8)
 
 
 # --- two ranks, rank 1 four times slower (tests/workers/timed_rounds_worker.py) ---

@@ -27,7 +27,7 @@ averages", for the measurement behind that default).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import difflib
 import functools
 import time
 from typing import Callable
@@ -35,7 +35,6 @@ from typing import Callable
 import keras
 
 from hvdtrain import comm
-from hvdtrain.rounds import quantize
 from hvdtrain.errors import ArgumentError
 from hvdtrain.keras import round_kinds
 from hvdtrain.keras.adaptive_rounds import AdaptiveRounds
@@ -53,12 +52,11 @@ from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_opti
                                   set_optimizer_step)
 from hvdtrain.keras.timed_epochs import TimedEpochs
 from hvdtrain.rounds.periods import (AutoPeriod, LinkPeriod, PerWorkerPeriod, Period,
-                                     PeriodError, QuadraticPeriod, parse_period)
+                                     QuadraticPeriod, parse_period)
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.rounds.policy import Act, RoundPolicy
-from hvdtrain.rounds.spec import RoundRuleError, RoundSpec
-from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
-                                   rescales_by_default, rounds_compression)
+from hvdtrain.rounds.spec import ROUND_FIELDS, RoundRuleError, RoundSpec
+from hvdtrain.rounds.rules import rescales_by_default
 from hvdtrain.rounds.triggers import (AdaptivePeriod, ConsensusWanted, EveryNSteps,
                                      EveryTSeconds, LinkFollowingPeriod, RateFollowingPeriod,
                                      WarmStartEnd)
@@ -70,7 +68,15 @@ class LocalSGD(keras.callbacks.Callback):
     """Average the workers' weights every `n_sync` steps instead of every step.
 
     Args:
+    The round choices come as one `RoundSpec` (`hvdtrain.rounds.spec`, as the trainer
+    builds it from its flags), `LocalSGD(RoundSpec(n_sync=2, round_compression="int8"))`, or
+    as keywords of the same names, `LocalSGD(n_sync=2, round_compression="int8")`, which
+    make that same spec; not both. A choice not given takes the spec's default.
+
       n_sync: local steps between two averaging rounds (or give `sync_seconds`);
+      rounds: the round choices as one RoundSpec. Its fields are the arguments below but
+        `broadcast_initial_state`, `batch_size`, `epoch_examples`, `saves`, `run_epochs`,
+        `progress` and `clock`, which are keywords of their own.
         "N/workers" gives ceil(N / workers) steps for the workers of each fit; "auto"
         (or "auto:N") sets the period anew at every round from the workers' averaged
         training loss since the last one, by AdaComm's rule ⌈√(F / F₀) · τ₀⌉ with τ₀ = 32
@@ -124,6 +130,9 @@ class LocalSGD(keras.callbacks.Callback):
         steps otherwise moves less than sync mode's step. Blocking flat rounds only.
       overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
         `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
+        None (the default) leaves it to the optimizer, as the CLI does: decided at
+        `attach`, on for a `keras.optimizers.Lamb` with blocking flat rounds of the whole
+        model that leave the optimizer's slots alone.
         progress since the round began, and waits only when a round outlasts the
         steps between rounds. Needs `outer_optimizer="none"`. Rounds at epoch ends,
         before evaluation and at the end of training still block, so the model
@@ -191,61 +200,34 @@ class LocalSGD(keras.callbacks.Callback):
     its step falls. The warm start's end must then fall on an execution boundary.
     """
 
-    @classmethod
-    def from_spec(cls, spec: RoundSpec, **others) -> "LocalSGD":
-        """A LocalSGD holding the rounds `spec` describes (`hvdtrain.rounds.spec`, as the
-        CLI builds it from its flags); `others` are the rest of `__init__`'s arguments."""
-        given = {_ARGUMENT_OF.get(f.name, f.name): getattr(spec, f.name)
-                 for f in dataclasses.fields(spec)}
-        return cls(**given, **others)
-
-    def __init__(self, n_sync: int | str | None = None, warm_start_steps: int = 0,
-                 average_bn_stats: bool = True,
-                 average_optimizer_state: bool = False,
-                 outer_optimizer: str | keras.optimizers.Optimizer = "none",
-                 outer_lr: float = 1.0, outer_momentum: float = 0.0,
-                 broadcast_initial_state: bool = True, fp16_allreduce: bool = False,
-                 warm_start: str = "sync", progress: TrainingProgress | None = None,
-                 overlap: bool = False, sync_seconds: float | None = None,
+    def __init__(self, rounds: RoundSpec | None = None, *,
+                 progress: TrainingProgress | None = None, saves: SavePlan | None = None,
                  batch_size: int | None = None, epoch_examples: int | None = None,
-                 saves: SavePlan | None = None, hierarchical: bool = False,
-                 epoch_rounds: bool = True, run_epochs: int | None = None,
-                 round_compression: str = "none", round_fragments: int = 1,
-                 rescale_rounds: bool | None = None, clock: Callable[[], float] = time.monotonic):
+                 run_epochs: int | None = None, broadcast_initial_state: bool = True,
+                 clock: Callable[[], float] = time.monotonic, **round_options):
         super().__init__()
-        period = _checked_period(n_sync, sync_seconds)
-        _check_arguments(warm_start_steps, warm_start, outer_optimizer)
-        round_compression = _compression(round_compression, fp16_allreduce)
-        _check_fragments(round_fragments)
-        _check_rules(RoundSpec(
-            n_sync=n_sync, sync_seconds=sync_seconds, overlap=overlap, fragments=round_fragments,
-            rescale=bool(rescale_rounds), outer=_outer_name(outer_optimizer),
-            hierarchical=hierarchical, warm_start_steps=warm_start_steps, warm_start=warm_start,
-            epoch_rounds=epoch_rounds, compression=round_compression,
-            statistics=average_bn_stats, optimizer_state=average_optimizer_state,
-            outer_lr=outer_lr, outer_momentum=outer_momentum))
-        if sync_seconds is not None:
+        self.spec = spec = _round_spec(rounds, round_options)
+        period = _checked_period(spec.n_sync, spec.sync_seconds)
+        _check_rules(spec)
+        if spec.sync_seconds is not None:
             _check_timed(batch_size, epoch_examples or (progress and progress.epoch_examples))
-        self.hierarchical = hierarchical
-        self.warm_start = warm_start
+        self.hierarchical = spec.hierarchical
+        self.warm_start = spec.warm_start
         self.broadcast_initial_state = broadcast_initial_state
         self.batch_size = batch_size
-        self.overlap = overlap
-        outer = _outer(outer_optimizer, outer_lr, outer_momentum)
+        self.overlap = spec.overlap
+        outer = _outer(spec.outer_optimizer, spec.outer_lr, spec.outer_momentum)
         # What a round averages, made by `attach` once the model is known.
-        averager = ModelStateAverager if round_fragments == 1 else functools.partial(
-            FragmentedAverager, count=round_fragments)
+        averager = ModelStateAverager if spec.round_fragments == 1 else functools.partial(
+            FragmentedAverager, count=spec.round_fragments)
         self._averager_for = functools.partial(
-            averager, trainable=True, statistics=average_bn_stats,
-            optimizer_state=average_optimizer_state, outer=outer, compression=round_compression,
-            across_hosts=hierarchical)
-        self._rescale = functools.partial(
-            _rescales, rescale_rounds, overlap=overlap, hierarchical=hierarchical,
-            fragments=round_fragments, optimizer_state=average_optimizer_state)
+            averager, trainable=True, statistics=spec.average_bn_stats,
+            optimizer_state=spec.average_optimizer_state, outer=outer,
+            compression=spec.compression, across_hosts=spec.hierarchical)
         self.counts_steps = progress is None  # nobody else advances the progress then
         self.progress = progress or TrainingProgress(epoch_examples or 0)
-        self.policy = RoundPolicy(epoch_rounds, saves or SavePlan(), run_epochs)
-        self._make_schedule(n_sync, period, warm_start_steps, sync_seconds, clock)
+        self.policy = RoundPolicy(spec.epoch_rounds, saves or SavePlan(), run_epochs)
+        self._make_schedule(spec.n_sync, period, spec.warm_start_steps, spec.sync_seconds, clock)
         self.initial_state = InitialState()
         self.averager: ModelStateAverager | FragmentedAverager | None = None
         self._begin = 0
@@ -336,7 +318,8 @@ class LocalSGD(keras.callbacks.Callback):
         restore its outer-optimizer buffers from a checkpoint before `fit`."""
         if self.averager is None:
             build_optimizer(model)  # the slots must exist before we can average them
-            self.averager = self._averager_for(model, rescale=self._rescale(model.optimizer))
+            self.averager = self._averager_for(model,
+                                               rescale=_rescales(self.spec, model.optimizer))
             overlapped = self._overlapped_rounds() if self.overlap else None
             self.runner.attach(model, self.averager, overlapped)
         return self.averager
@@ -540,13 +523,6 @@ class LocalSGD(keras.callbacks.Callback):
         self.timed.stopped = True
 
 
-def _period(n_sync) -> Period:
-    try:
-        return parse_period(n_sync)
-    except PeriodError as exc:  # its words list every form a period may take
-        raise ArgumentError(f"n_sync {exc.problem}") from None
-
-
 def _reported_schedule(period, warm_start_steps: int,
                        clock: Callable[[], float]) -> ReportedSchedule | None:
     """The schedule of a period that the workers' reports set (auto, link), if it is one."""
@@ -563,7 +539,24 @@ def _checked_period(n_sync, sync_seconds) -> Period | None:
     where it cannot be."""
     if n_sync is None and sync_seconds is None:
         raise ArgumentError("LocalSGD needs n_sync (steps between rounds) or sync_seconds")
-    return _period(n_sync) if n_sync is not None else None
+    return parse_period(n_sync) if n_sync is not None else None  # the spec has checked it
+
+
+def _round_spec(rounds, options: dict) -> RoundSpec:
+    """The round choices, given as one RoundSpec or as keywords naming its fields; refused
+    in one line where they are both, or a keyword is no round choice."""
+    if rounds is not None and not isinstance(rounds, RoundSpec):
+        raise ArgumentError(f"LocalSGD's first argument is a RoundSpec of the round choices, "
+                            f"got {rounds!r} (a period of steps is n_sync={rounds!r})")
+    if rounds is not None and options:
+        raise ArgumentError(f"LocalSGD takes the round choices as rounds=RoundSpec(...) or as "
+                            f"keywords, not both: got a RoundSpec and {', '.join(options)}")
+    for name in options:
+        if name not in ROUND_FIELDS:
+            close = difflib.get_close_matches(name, ROUND_FIELDS, n=1)
+            raise ArgumentError(f"LocalSGD has no argument {name!r}"
+                                + (f" (did you mean {close[0]}?)" if close else ""))
+    return rounds if rounds is not None else RoundSpec(**options)
 
 
 def _check_rules(spec: RoundSpec) -> None:
@@ -577,15 +570,9 @@ def _check_rules(spec: RoundSpec) -> None:
 def _as_argument(field: str, value, subject: bool) -> str:
     """A round choice as the layer's user gave it: `overlap=True`, or as a rule's subject
     `LocalSGD(overlap=True)`."""
-    given = f"{_ARGUMENT_OF.get(field, field)}={value!r}"
+    given = f"{field}={_outer_name(value)!r}" if field == "outer_optimizer" \
+        else f"{field}={value!r}"
     return f"LocalSGD({given})" if subject else given
-
-
-# The spec's field names as LocalSGD's arguments (the others are the same): the
-# rules' words, and `from_spec`'s map.
-_ARGUMENT_OF = {"fragments": "round_fragments", "rescale": "rescale_rounds",
-                "outer": "outer_optimizer", "compression": "round_compression",
-                "statistics": "average_bn_stats", "optimizer_state": "average_optimizer_state"}
 
 
 def _outer_name(outer_optimizer) -> str:
@@ -595,16 +582,17 @@ def _outer_name(outer_optimizer) -> str:
     return outer_optimizer
 
 
-def _rescales(rescale_rounds: bool | None, optimizer, *, overlap: bool, hierarchical: bool,
-              fragments: int, optimizer_state: bool) -> bool:
-    """`LocalSGD(rescale_rounds=...)` settled for the model's optimizer: None follows the
-    CLI's default, which turns it on for LAMB (the innermost optimizer, under a loss scale)."""
-    if rescale_rounds is not None:
-        return rescale_rounds
+def _rescales(spec: RoundSpec, optimizer) -> bool:
+    """`rescale_rounds` decided for the model's optimizer, where the spec leaves it
+    undecided (None): as the CLI's default, on for LAMB (the innermost optimizer, under a
+    loss scale)."""
+    if spec.rescale_rounds is not None:
+        return spec.rescale_rounds
     while getattr(optimizer, "inner_optimizer", None) is not None:
         optimizer = optimizer.inner_optimizer
     name = "lamb" if isinstance(optimizer, keras.optimizers.Lamb) else type(optimizer).__name__
-    return not overlap and rescales_by_default(name, hierarchical, fragments, optimizer_state)
+    return not spec.overlap and rescales_by_default(
+        name, spec.hierarchical, spec.round_fragments, spec.average_optimizer_state)
 
 
 def _ended_on_own_data(epoch: int, examples: int, epoch_end: int) -> ArgumentError:
@@ -623,37 +611,6 @@ def _outer(outer_optimizer, outer_lr: float, outer_momentum: float):
     if outer_optimizer == "none":
         return None
     return OuterOptimizer(outer_lr, outer_momentum, nesterov=outer_optimizer == "nesterov")
-
-
-def _check_arguments(warm_start_steps, warm_start: str, outer_optimizer) -> None:
-    if isinstance(warm_start_steps, bool) or not isinstance(warm_start_steps, int) \
-            or warm_start_steps < 0:
-        raise ArgumentError(f"warm_start_steps must be a non-negative integer, got {warm_start_steps!r}")
-    if warm_start not in WARM_STARTS:
-        raise ArgumentError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
-    if not isinstance(outer_optimizer, keras.optimizers.Optimizer) and \
-            outer_optimizer not in OUTER_OPTIMIZERS:
-        raise ArgumentError(f"outer_optimizer must be one of {OUTER_OPTIMIZERS}, got {outer_optimizer!r}")
-
-
-def _compression(round_compression: str, fp16_allreduce: bool) -> str:
-    """How rounds travel. `fp16_allreduce` reaches nothing but the rounds here (gradients
-    are the optimizer's), so with int8 or int4 rounds it could only be ignored: refused
-    instead."""
-    if round_compression not in ROUND_COMPRESSIONS:
-        raise ArgumentError(f"round_compression must be one of {ROUND_COMPRESSIONS}, "
-                            f"got {round_compression!r}")
-    if fp16_allreduce and round_compression in quantize.CODED:
-        raise ArgumentError(f"LocalSGD(fp16_allreduce=True) sends rounds as float16, "
-                            f"round_compression={round_compression!r} as {round_compression}: "
-                            f"give one")
-    return rounds_compression(round_compression, fp16_allreduce)
-
-
-def _check_fragments(round_fragments) -> None:
-    if isinstance(round_fragments, bool) or not isinstance(round_fragments, int) \
-            or round_fragments < 1:
-        raise ArgumentError(f"round_fragments must be a positive integer, got {round_fragments!r}")
 
 
 def _check_timed(batch_size, epoch_examples) -> None:

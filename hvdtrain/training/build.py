@@ -65,9 +65,8 @@ def state_callback(cfg: TrainConfig, model: keras.Model, progress: TrainingProgr
                    saves: SavePlan) -> LocalSGD | AverageModelStatistics:
     """What keeps the workers' states together beyond gradients, attached to `model`."""
     if cfg.mode in LOCAL_MODES:
-        callback = LocalSGD.from_spec(round_spec(cfg), progress=progress,
-                                      batch_size=cfg.batch_size, saves=saves,
-                                      run_epochs=cfg.epochs)
+        callback = LocalSGD(round_spec(cfg), progress=progress, batch_size=cfg.batch_size,
+                            saves=saves, run_epochs=cfg.epochs)
     else:
         callback = AverageModelStatistics(progress)
     # Now, not at train begin: a checkpoint restores the outer optimizer's buffers into it.
