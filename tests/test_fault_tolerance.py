@@ -100,13 +100,15 @@ def test_elastic_commits_an_epochs_last_step_once_and_after_its_log():
     assert logged == [(0, [2, 4]), (1, [2, 4, 5, 6, 8])]
 
 
-def test_a_save_left_due_before_an_elastic_reset_is_void_in_the_next_fit():
-    from hvdtrain.training.callbacks import StepSavePoints
+def test_a_save_left_due_before_an_elastic_reset_is_void_in_the_next_fit(monkeypatch):
+    from hvdtrain.training.callbacks import SavePoints
 
     progress = TrainingProgress(epoch_examples=80, steps=10, consensus_step=8)
-    points = StepSavePoints(5, progress)
+    points = SavePoints(SavePlan("steps", 5).pending_checkpoint(), progress)
+    points.begin_fit()
     assert not points.at_batch_end(1, 10)  # due at step 10, waiting for a round
     progress.restore({"steps": 8})        # the reset rolls back to the commit at step 8
+    monkeypatch.setattr(comm, "world_id", lambda: comm._worlds_started + 1)  # a new world
     points.begin_fit()
     progress.advance(1)
     progress.consensus_step = 9           # a round after step 9

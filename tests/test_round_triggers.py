@@ -1,6 +1,7 @@
 """When local SGD holds a round: each policy of hvdtrain.rounds.triggers on its own."""
 
 from hvdtrain.progress import TrainingProgress
+from hvdtrain.rounds.save_plan import SavePlan
 from hvdtrain.rounds.triggers import ConsensusWanted, EveryNSteps, EveryTSeconds, WarmStartEnd
 from hvdtrain.rounds.timed import RoundTimer
 
@@ -37,7 +38,7 @@ def test_timed_rounds_fall_due_on_this_workers_clock_only_out_of_step():
 
 
 def test_a_wait_for_consensus_makes_the_next_round_block_once():
-    wanted = ConsensusWanted((4, 0, 6))  # checkpoints every 4 steps, no commits, ...
+    wanted = ConsensusWanted(SavePlan("steps", 4, commit_every=6))  # checkpoints, commits
     rounds = []
     for step in range(1, 13):
         wanted.note(range(step, step + 1))
@@ -45,4 +46,4 @@ def test_a_wait_for_consensus_makes_the_next_round_block_once():
             rounds.append((step, wanted.take()))
     # Wanted after 4 (round 6), 6 (round 6), 8 (round 9), 12 (round 12); not at round 3.
     assert rounds == [(3, False), (6, True), (9, True), (12, True)]
-    assert not ConsensusWanted(()).take()
+    assert not ConsensusWanted().take()

@@ -121,9 +121,10 @@ class LocalSGD(keras.callbacks.Callback):
         one fragment in turn (blocking, or with `overlap` behind the next steps), so a
         round's burst is about 1/F of the state and each fragment is averaged every F
         rounds, every F·n_sync steps. Rounds that must leave the workers agreeing (epoch
-        ends, evaluations, saves, the warm start's hand-over, the run's end) average every
-        fragment. Each fragment keeps its own compressed reference and residual. Not
-        with an outer optimizer or `sync_seconds`.
+        ends and evaluations with `epoch_rounds`, the warm start's hand-over, the run's
+        end) average every fragment, and so does the period's first round after a save
+        of `saves` fell due where they did not agree. Each fragment keeps its own
+        compressed reference and residual. Not with an outer optimizer or `sync_seconds`.
       rescale_rounds: stretch each weight's mean step in a round to the workers' mean
         length of their own steps (at most by sqrt(workers); `ModelStateAverager(rescale=
         True)`): with LAMB or LARS, which set each layer's step length, the mean of noisy
@@ -150,9 +151,16 @@ class LocalSGD(keras.callbacks.Callback):
         `sync_seconds` unless `progress` knows it.
       saves: when callbacks after this one save or commit the model
         (`hvdtrain.rounds.save_plan.SavePlan`: step or epoch checkpoints, elastic commits), where
-        every worker must hold the model training goes on from. With `epoch_rounds` a step
-        save waits for the next round (with `overlap`, the first round at or after it
-        blocks, landing the round in flight first); without, see `epoch_rounds`.
+        every worker must hold the model training goes on from. A save waits for the
+        workers to agree (`progress.in_consensus`): an epoch end's round with
+        `epoch_rounds`, or the period's next round, which it makes whole (every fragment;
+        with `overlap` blocking, landing the round in flight first), so it waits at most
+        a period. A wait outlives the end of a `fit`; only a new set of workers (an
+        elastic reset) cancels it. A callback of your own that saves must be in `saves`
+        and save at the first batch end or epoch end where `progress.in_consensus` holds
+        once its save fell due, as hvdtrain's `Checkpointer` does
+        (`hvdtrain.training.callbacks.SavePoints`); elsewhere it saves its worker's own
+        state.
       hierarchical: hierarchical local SGD (Lin et al. 2018) for hosts of several workers:
         the optimizer averages gradients among this host's workers every step
         (`with_gradient_averaging(..., within_host=True)` after
@@ -161,15 +169,14 @@ class LocalSGD(keras.callbacks.Callback):
       epoch_rounds: hold a round at each epoch end and before each evaluation, so every
         worker goes on from the consensus model (the default). False: rounds come every
         `n_sync` steps, as in Paine et al., whose epochs and evaluations did not touch the
-        clients, and besides only where the run ends and where a save is (`saves`): an
-        epoch end that saves, and a save every k steps at its own step, hold a round with
-        the outer step, so a checkpoint always holds the model training goes on from and a
+        clients, and besides only where the run ends and at each elastic commit of
+        `saves` (at its step and at every epoch end, with the outer step). A checkpoint,
+        of steps or of an epoch, holds no round of its own: it waits for the period's next
+        round, which is whole (`saves`), so it holds the model training goes on from and a
         resumed run is the run that went on (compressed rounds' error feedback is not
-        saved: a resume loses what the last round's encoding still owed). Each save is then a round: for Paine's period
-        alone, save every multiple of `n_sync` steps, or rarely. A callback of your own that
-        saves between rounds must be in `saves`, or it saves its worker's own state. An
-        evaluation sees the workers' average (one allreduce, no round) and each worker
-        then takes its own state back. Needs blocking rounds by steps (not `overlap`, not
+        saved: a resume loses what the last round's encoding still owed). An evaluation
+        sees the workers' average (one allreduce, no round) and each worker then takes its
+        own state back. Needs blocking rounds by steps (not `overlap`, not
         `sync_seconds`).
       run_epochs: the epochs after which the run ends, when it calls `fit` more than once
         (hvdtrain's trainer calls it once per run of equal-length epochs); by default
@@ -255,7 +262,7 @@ class LocalSGD(keras.callbacks.Callback):
             period.base, period.growth, self._rate, warm_start_steps), "rate_period") \
             if isinstance(period, QuadraticPeriod) else None
         self.trigger = self._make_trigger(period, sync_seconds, clock)
-        self.consensus = ConsensusWanted(self.policy.saves.step_intervals)
+        self.consensus = ConsensusWanted(self.policy.saves)
         self.report = self._make_report()
         self.runner = RoundRunner(self.progress, self.report, self.trigger,
                                   self.warm_start == "single")
@@ -379,10 +386,8 @@ class LocalSGD(keras.callbacks.Callback):
                 self.kind.hold()
             if self.reported is not None:
                 self.reported.round_took(self.runner.last_seconds)
-        act = self.policy.at_step_end(self.progress.in_consensus, done)
-        if act is Act.ROUND:
-            self.consensus.take()  # this round is the one the save waits for
-        self._do(act)
+        self._do(self.policy.at_step_end(self.progress.in_consensus, done))
+        self.consensus.note_agreement(self.progress.in_consensus)  # the savers write here
         if self.timed is not None and self.timed.in_step_past_end():
             self.stop_epoch()  # in step, every worker gets here at the same step
         if logs is not None:
@@ -399,6 +404,8 @@ class LocalSGD(keras.callbacks.Callback):
             raise _ended_on_own_data(epoch, self.progress.examples, self.timed.epoch_end)
         self._epochs_done = epoch + 1
         self._do(self.policy.at_epoch_end(self._agree(), epoch + 1, self.params.get("epochs")))
+        # An epoch's checkpoint where the workers end apart makes the next round whole.
+        self.consensus.note_epoch_end(epoch + 1, self.progress.in_consensus)
         divergence = self.runner.take_divergence()
         if logs is not None:
             logs["averaging_rounds"] = self.rounds
@@ -494,6 +501,7 @@ class LocalSGD(keras.callbacks.Callback):
         end) each worker from its own state and SlowMo's x0 from the last round."""
         new_world = self._world != comm.world_id()
         self._world = comm.world_id()
+        self.consensus.begin_fit(self._world)  # a save still waiting is void in a new world
         if new_world:
             self._validation.pop_all()
         else:

@@ -2,10 +2,10 @@
 
 - `Blocking`: every worker waits for the round's mean (every `n_sync` steps, or
   at the adaptive period's rounds); with fragments, of one fragment, except the first
-  round at or after a step that wants consensus, which averages them all.
+  round after a save fell due where the workers did not agree (a checkpoint of steps or
+  of an epoch, an elastic commit: `ConsensusWanted`), which averages them all.
 - `Overlapped`: a round's allreduce runs behind the next period's steps
-  (CoCoD-SGD); the first round after a step that wants consensus (a step checkpoint,
-  an elastic commit) blocks instead.
+  (CoCoD-SGD); the first round after a save fell due blocks instead.
 - `Timed`: a round every T seconds of this worker's clock; overlapped when the mode
   is, except where the epoch may end at it, since only a blocking round's count can end it.
 

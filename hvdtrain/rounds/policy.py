@@ -14,8 +14,11 @@ worker, from what they all share:
   for compressed rounds, what the last round's encoding still owed: error feedback is not
   saved). A checkpoint, of steps or of an epoch, waits for the next round (with
   `epoch_rounds` an epoch end's round bounds the wait; without, it waits up to a period,
-  so that rounds stay every n_sync steps as asked). An elastic commit holds a round at
-  its step and at every epoch end: it is where the workers roll back to.
+  so that rounds stay every n_sync steps as asked). A save that waits asks for a whole
+  round: the period's next round averages every fragment, and blocks in overlapped mode
+  (`triggers.ConsensusWanted`). The wait outlives the end of a `fit`; only an elastic
+  reset cancels it. An elastic commit holds a round at its step and at every epoch end:
+  it is where the workers roll back to.
 - an epoch's end: a round with `epoch_rounds`, or where an elastic job commits, or where
   the run ends.
 - the end of a `fit`: a round where the run ends. A trainer that runs one `fit` per run of

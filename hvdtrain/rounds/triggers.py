@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 from hvdtrain.rounds.averaging import (adacomm_period, is_local_sync_step, is_warm_start_end,
                                        link_period, quadratic_period)
 from hvdtrain.progress import TrainingProgress
+from hvdtrain.rounds.save_plan import SavePlan
 from hvdtrain.rounds.timed import RoundTimer
 
 
@@ -71,27 +72,51 @@ class EveryTSeconds:
 
 
 class ConsensusWanted:
-    """Steps after which a callback waits for every worker to hold the same state: a step
-    checkpoint every `k` steps, an elastic commit every `k` steps.
+    """Whether the period's next round must leave every worker with the same state: a save
+    of the run's `SavePlan` (a step or epoch checkpoint, an elastic commit) fell due where
+    they did not agree, and waits for them to (`PendingSave`, as the callbacks that save
+    keep it).
 
-    Blocking rounds give consensus anyway. Overlapped rounds never do, so the first
-    round at or after such a step must block instead, or the checkpoint would wait for
-    the epoch's end. All workers see the same steps, so all make the same round block.
+    A save that waits asks for a whole round: a fragment's round (`round_fragments`)
+    leaves the other fragments apart and an overlapped round never gives consensus, so
+    the round must average every fragment and block, or the save would wait for the run's
+    end. Every worker feeds its own alike, from the steps and epochs all share, so all make
+    the same round whole. The wait outlives a `fit`; only a new set of workers cancels it.
     """
 
-    def __init__(self, intervals: Sequence[int] = ()):
-        self.intervals = tuple(k for k in intervals if k)
-        self.pending = False
+    def __init__(self, saves: SavePlan | None = None):
+        self._waiting = (saves or SavePlan()).pending_any()
+
+    @property
+    def pending(self) -> bool:
+        return self._waiting.due
 
     def note(self, done: range) -> None:
-        """Take in the steps a batch completed."""
-        if any(step % k == 0 for step in done for k in self.intervals):
-            self.pending = True
+        """Take in the steps a batch completed, before the batch's round."""
+        self._waiting.after_steps(done)
+
+    def note_agreement(self, agree: bool) -> None:
+        """After a batch's rounds: where the workers agree, the savers write what was due
+        (an epoch's last step at the epoch's end, where they still agree)."""
+        if agree:
+            self._waiting.written()
+
+    def note_epoch_end(self, epochs_done: int, agree: bool) -> None:
+        """At the end of the `epochs_done`-th epoch, after its round if it held one."""
+        if agree:
+            self._waiting.written()
+        else:
+            self._waiting.after_epoch(epochs_done)
 
     def take(self) -> bool:
-        """Whether the round being held now must block; it answers for the wait it ends."""
-        wanted, self.pending = self.pending, False
+        """Whether the round being held now must be whole; it answers for the wait it ends."""
+        wanted = self._waiting.due
+        self._waiting.written()
         return wanted
+
+    def begin_fit(self, world: int) -> None:
+        """A fit starts among the set of workers `world` (`comm.world_id()`)."""
+        self._waiting.begin_fit(world)
 
 
 class PeriodSetAtRounds:

@@ -17,7 +17,7 @@ from hvdtrain import comm, files
 from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.state import current_learning_rate, set_optimizer_step
 from hvdtrain.progress import TrainingProgress, executed_steps
-from hvdtrain.rounds.save_plan import SavePlan
+from hvdtrain.rounds.save_plan import PendingSave, SavePlan
 from hvdtrain.benchmarks.stats import per_batch_values
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
@@ -248,50 +248,56 @@ class StepLog(keras.callbacks.Callback):
             fh.writelines(line for _, line in sorted(lines, key=lambda pair: pair[0]))
 
 
-class StepSavePoints:
-    """When something saved every `every` steps (a checkpoint, an elastic commit) is due.
+class SavePoints:
+    """Where a callback that saves writes what fell due (`pending`, a `PendingSave` of the
+    run's `SavePlan`): at the first batch end where the workers agree (in local mode, after
+    a round), or an epoch's end.
 
-    A save falls due after every multiple of `every` and waits for consensus (in local
-    mode the next averaging round). An epoch's last step waits for the epoch's end, after
-    the callbacks that log it: saved before, a crash or a resize in between would lose
-    that epoch's line for good, since training resumes at the next epoch.
+    An epoch's last step waits for the epoch's end, after the callbacks that log it: saved
+    before, a crash or a resize in between would lose that epoch's line for good, since
+    training resumes at the next epoch. LocalSGD keeps the same `PendingSave` rule
+    (`ConsensusWanted`), so the round a save waits for is whole and comes within a period.
     """
 
-    def __init__(self, every: int, progress: TrainingProgress):
-        self.every = every
+    def __init__(self, pending: PendingSave, progress: TrainingProgress):
+        self.pending = pending
         self.progress = progress
-        self.due = False
+        self._begin = 0
+
+    def batch_begun(self, batch: int) -> None:
+        self._begin = batch
 
     def at_batch_end(self, batch: int, steps_in_epoch: int | None) -> bool:
         """Whether to save now, after Keras's `batch` of an epoch of `steps_in_epoch`."""
-        self.due = self.due or self.progress.steps % self.every == 0
+        steps = self.progress.steps
+        self.pending.after_steps(range(steps - executed_steps(self._begin, batch) + 1,
+                                       steps + 1))
         last_of_epoch = batch + 1 == steps_in_epoch
-        return self.due and self.progress.in_consensus and not last_of_epoch
+        return self.pending.due and self.progress.in_consensus and not last_of_epoch
 
-    def at_epoch_end(self) -> bool:
-        return self.due and self.progress.in_consensus
+    def at_epoch_end(self, epochs_done: int) -> bool:
+        """Whether to save now, at the end of the `epochs_done`-th epoch (1-based)."""
+        self.pending.after_epoch(epochs_done)
+        return self.pending.due and self.progress.in_consensus
 
     def saved(self) -> None:
-        self.due = False
+        self.pending.written()
 
     def begin_fit(self) -> None:
-        """A fit starts where the workers agree: an epoch's end (which saved anything due),
-        or an elastic commit. A save left due from before an elastic reset is void: the
-        survivors rolled back past its step, and a worker that joined never saw it, so
-        keeping it would make the survivors save (a collective call) where the newcomer
-        does not."""
-        self.due = False
+        """A fit starts: a save still waiting is written in it, unless the workers are
+        another set (an elastic reset), which voids it (`PendingSave.begin_fit`)."""
+        self.pending.begin_fit(comm.world_id())
 
 
 class Checkpointer(keras.callbacks.Callback):
     """Saves a checkpoint where the run's `SavePlan` says: every N steps or epochs (rank 0
     only; after the state callbacks).
 
-    A step checkpoint waits for consensus, and an epoch's last step for the epoch's end
-    (`StepSavePoints`); an epoch checkpoint where the workers do not agree (local mode
-    without epoch rounds) waits for the next round too, across `fit` calls. What is
-    saved is so always the consensus model. Weights that are not finite are never
-    saved: the last good checkpoint stays the newest.
+    A checkpoint, of steps or of an epoch, waits for consensus, and an epoch's last step
+    for the epoch's end (`SavePoints`); in local mode without epoch rounds the period's
+    next round, which LocalSGD makes whole for it, across `fit` calls. What is saved is
+    so always the consensus model. Weights that are not finite are never saved: the last
+    good checkpoint stays the newest.
     """
 
     def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, saves: SavePlan,
@@ -305,9 +311,7 @@ class Checkpointer(keras.callbacks.Callback):
         self.saves = saves
         self.progress = progress
         self.batch_size = batch_size
-        self._points = StepSavePoints(saves.checkpoint_steps, progress) \
-            if saves.checkpoint_steps else None
-        self._epoch_save_waits = False  # an epoch's checkpoint, for the next consensus
+        self._points = SavePoints(saves.pending_checkpoint(), progress)
 
     def _save(self) -> None:
         step = self.progress.steps
@@ -317,25 +321,20 @@ class Checkpointer(keras.callbacks.Callback):
         trained = time.time() - self.start_time - self.progress.eval_seconds
         self.store.save(self.state, SavedProgress(
             TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size, trained))
-        if self._points is not None:
-            self._points.saved()
-        self._epoch_save_waits = False
+        self._points.saved()
 
     def on_train_begin(self, logs=None):
-        if self._points is not None:
-            self._points.begin_fit()
+        self._points.begin_fit()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._points.batch_begun(batch)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._points is not None and self._points.at_batch_end(batch, self.params.get("steps")):
-            self._save()
-        elif self._epoch_save_waits and self.progress.in_consensus \
-                and batch + 1 != self.params.get("steps"):  # an epoch's last: at its end
+        if self._points.at_batch_end(batch, self.params.get("steps")):
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        self._epoch_save_waits |= self.saves.checkpoints_at_epoch_end(epoch + 1)
-        step_save = self._points is not None and self._points.at_epoch_end()
-        if (self._epoch_save_waits and self.progress.in_consensus) or step_save:
+        if self._points.at_epoch_end(epoch + 1):
             self._save()
 
 
@@ -348,7 +347,7 @@ class ElasticCommit(keras.callbacks.Callback):
     Place it after the callbacks that log and checkpoint epochs: a commit that lets
     workers in ends this `fit` at once, and an epoch whose end callbacks had not run
     by then would never be logged, since training resumes at the next epoch. For the
-    same reason an epoch's last step is committed at the epoch end (`StepSavePoints`).
+    same reason an epoch's last step is committed at the epoch end (`SavePoints`).
     `step_log` is flushed first, so no step of the committed stretch goes unlogged.
     """
 
@@ -357,7 +356,7 @@ class ElasticCommit(keras.callbacks.Callback):
         self.state = state
         self.progress = progress
         self.step_log = step_log
-        self._points = StepSavePoints(saves.commit_every, progress)
+        self._points = SavePoints(saves.pending_commit(), progress)
 
     def _commit(self):
         if self.step_log is not None:
@@ -368,6 +367,9 @@ class ElasticCommit(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._points.begin_fit()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._points.batch_begun(batch)
 
     def on_train_batch_end(self, batch, logs=None):
         if self._points.at_batch_end(batch, self.params.get("steps")):
