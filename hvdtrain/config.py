@@ -320,9 +320,11 @@ class TrainConfig:
            "fragments of about equal bytes (Streaming DiLoCo; a dense or convolution layer "
            "may be cut between output columns, a BatchNorm layer stays whole); each round "
            "averages one fragment in turn, so a round's burst is about 1/F of the state and "
-           "each fragment is averaged every F rounds, i.e. every F x --n-sync steps. Epoch ends, "
-           "evaluations, checkpoints, elastic commits and the run's end average every "
-           "fragment, so the workers agree there. Each fragment keeps its own "
+           "each fragment is averaged every F rounds, i.e. every F x --n-sync steps. Epoch ends "
+           "and evaluations (unless --no-epoch-rounds), elastic commits and the run's end "
+           "average every fragment, so the workers agree there; a checkpoint waits for the "
+           "next round, which then averages every fragment, so it comes at most --n-sync "
+           "steps after it falls due. Each fragment keeps its own "
            "--round-compression residual. Not with --outer-optimizer or --sync-seconds",
         modes=LOCAL_MODES, before=1)
     hierarchical_sgd: bool = _opt(
