@@ -14,7 +14,7 @@ from hvdtrain import __version__, quiet
 from hvdtrain.benchmarks import bench as model_bench, compare, experiments, learning_curves, predict
 from hvdtrain.cluster import command as cluster
 from hvdtrain.config import load_config
-from hvdtrain.config_options import add_config_options, config_of
+from hvdtrain.config_options import add_config_options, add_train_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.training.start import start_worker
 
@@ -59,9 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train a model (one process per worker)",
         description="Train one model; run one process per worker under horovodrun.",
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    train.add_argument("--config", metavar="FILE.yaml", default=None,
-                       help="YAML file of option values; options given here override it")
-    add_config_options(train)
+    add_train_options(train)
     train.set_defaults(handler=_train)
 
     _add_plan_parser(commands)
@@ -132,9 +130,7 @@ def _add_plan_parser(commands) -> None:
                       help="workers per host; with --hosts, the job's workers")
     plan.add_argument("--json", action="store_true", default=False,
                       help="print the plan as one JSON object")
-    plan.add_argument("--config", metavar="FILE.yaml", default=None,
-                      help="YAML file of option values; options given here override it")
-    add_config_options(plan)
+    add_train_options(plan)
     plan.set_defaults(handler=_plan)
 
 

@@ -70,6 +70,14 @@ def add_config_options(parser: argparse.ArgumentParser, names=None) -> None:
                             help=help_text)
 
 
+def add_train_options(parser: argparse.ArgumentParser) -> None:
+    """`hvdtrain train`'s options (`hvdtrain plan` takes them too): --config FILE.yaml,
+    then one per TrainConfig field. `hvdtrain sweep` reads each run's command with them."""
+    parser.add_argument("--config", metavar="FILE.yaml", default=None,
+                        help="YAML file of option values; options given here override it")
+    add_config_options(parser)
+
+
 def config_of(args: argparse.Namespace) -> TrainConfig:
     """The validated config `hvdtrain train` (and `plan`) runs: the defaults, then
     --config FILE.yaml, then the options given (`add_config_options` leaves the others

@@ -32,6 +32,11 @@ from hvdtrain.config import TrainConfig
 
 AUTO = "auto"
 LAMB_FROM_GLOBAL_BATCH = 1024
+# What `hvdtrain bench` trains every setup with unless told, whatever the job's size: `auto`
+# takes LAMB from a global batch of 1,024, so one bench over worker counts would time SGD
+# steps at few workers and LAMB's (with rescaled rounds) at many, and its speed-ups would
+# mix them.
+BENCH_OPTIMIZER = "sgd"
 
 
 def auto_optimizer(mode: str, global_batch: int, elastic: bool, nesterov: bool,

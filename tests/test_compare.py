@@ -11,7 +11,7 @@ from hvdtrain.benchmarks.compare import load_runs, markdown, setting_of, summari
 from hvdtrain.benchmarks.diverged_runs import mark_diverged
 from hvdtrain.cli import main
 from hvdtrain.errors import DataError
-from hvdtrain.benchmarks.stats import mean_ci95
+from hvdtrain.stats import mean_ci95
 
 
 def _run(name, accuracy=None, sent=0, wall=10.0):

@@ -254,7 +254,8 @@ def test_a_run_its_mode_refuses_stops_the_sweep_before_any_run_trains(shared, mo
 
 
 def test_every_grid_run_is_loaded_as_its_own_train_command_loads_it(tmp_path):
-    from hvdtrain.benchmarks.experiments import check_runs, run_config
+    from hvdtrain.benchmarks.experiments import check_runs, run_config, train_argv, train_parser
+    from hvdtrain.config_options import config_of
 
     # Sync runs put back what local runs share and sync refuses; the others take it.
     base = load_config(None, {"mode": "local", "outer_optimizer": "slowmo",
@@ -263,9 +264,12 @@ def test_every_grid_run_is_loaded_as_its_own_train_command_loads_it(tmp_path):
     check_runs(runs, base, 50, str(tmp_path / "sweep"))
     assert not (tmp_path / "sweep").exists()  # checking writes nothing there
     base.save_yaml(str(tmp_path / "base.yaml"))
-    parser = build_parser()
+    parser = train_parser()
     configs = {run.run_name: run_config(parser, run, str(tmp_path / "base.yaml"), 50,
                                         str(tmp_path / run.run_name)) for run in runs}
+    # The CLI's own train command reads each run's words alike.
+    assert configs == {run.run_name: config_of(build_parser().parse_args(train_argv(
+        run, str(tmp_path / "base.yaml"), 50, str(tmp_path / run.run_name)))) for run in runs}
     assert {name: (cfg.mode, cfg.outer_optimizer, cfg.hierarchical_sgd, cfg.warm_start_steps)
             for name, cfg in configs.items()} == {
         "w1": ("sync", "none", False, 0), "w4-sync": ("sync", "none", False, 0),

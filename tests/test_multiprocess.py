@@ -15,7 +15,7 @@ from helpers import runs_on_learnable_data, write_learnable_idx_dataset
 from hvdtrain.rounds import quantize
 from hvdtrain.config import load_config
 from hvdtrain.rounds.averaging import expected_bytes_allreduced, sync_points
-from hvdtrain.benchmarks.stats import per_batch_values
+from hvdtrain.stats import per_batch_values
 
 pytestmark = pytest.mark.multiprocess
 

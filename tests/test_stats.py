@@ -1,6 +1,6 @@
 import pytest
 
-from hvdtrain.benchmarks.stats import mean_ci95, per_batch_values, sliding_mean
+from hvdtrain.stats import mean_ci95, per_batch_values, sliding_mean
 
 
 def test_mean_and_95_percent_interval_use_student_t():

@@ -19,7 +19,7 @@ from hvdtrain.config import (DEFAULT_BUCKET_MB, DEFAULT_ROUND_COMPRESSION, LOCAL
                              parse_shape, rounds_compression)
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
-from hvdtrain.optimizer_choice import AUTO
+from hvdtrain.optimizer_choice import AUTO, BENCH_OPTIMIZER
 
 MODES = ("sync", *LOCAL_MODES, "independent", "horovod")
 # Hierarchical local SGD (--hierarchical-sgd): a host's workers average gradients every
@@ -60,11 +60,8 @@ example:
 """
 
 
-# Every setup trains this inner optimizer, whatever the job's size: training's `auto` takes
-# LAMB from a global batch of 1,024, so one bench over worker counts would time SGD steps
-# at few workers and LAMB's (with rescaled rounds) at many, and its speed-ups would mix
-# them. Auto is not offered: a row's optimizer must not depend on its worker count.
-DEFAULT_OPTIMIZER = "sgd"
+# Auto is not offered: a row's optimizer must not depend on its worker count
+# (`optimizer_choice.BENCH_OPTIMIZER`).
 BENCH_OPTIMIZERS = tuple(name for name in OPTIMIZERS if name != AUTO)
 # The plain-Horovod reference (plain_horovod.py) trains SGD with momentum only.
 REFERENCE_OPTIMIZER = "sgd"
@@ -76,13 +73,13 @@ SETUP_OPTIONS = (
         help="image shape (default: 28x28x1 for lenet, 32x32x3 for the CIFAR ResNets, "
              "224x224x3 otherwise)")),
     ("--optimizer", dict(
-        default=DEFAULT_OPTIMIZER, metavar="{" + ",".join(BENCH_OPTIMIZERS) + "}",
+        default=BENCH_OPTIMIZER, metavar="{" + ",".join(BENCH_OPTIMIZERS) + "}",
         help="inner optimizer of every setup at every worker count, as `hvdtrain train "
              "--optimizer` builds it (with lamb, local mode's rounds are rescaled and travel "
              "in int4 by default, as in training); rows record it. Not auto, which would "
              "take LAMB from a global batch of 1,024 and SGD below it, so rows at different "
              "worker counts would time different optimizers. --modes horovod, bare Horovod "
-             f"on SGD, needs {REFERENCE_OPTIMIZER} (default: {DEFAULT_OPTIMIZER})")),
+             f"on SGD, needs {REFERENCE_OPTIMIZER} (default: {BENCH_OPTIMIZER})")),
     ("--modes", dict(
         default="sync,local,independent",
         help="comma-separated modes to measure, of: " + ", ".join(MODES) + ", and hlocal, "

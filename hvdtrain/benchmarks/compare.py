@@ -5,7 +5,7 @@ names `hvdtrain sweep --seeds` gives. Runs from several folders (two sweeps of o
 stay apart: each setting is named with the folder it came from, as in
 `sweep-int8/w8-sync`, and a setting's rows from the folders sit one under another. The
 table holds, per setting, the mean test accuracy with the half-width of its 95% interval
-(Student's t, `hvdtrain.benchmarks.stats`), the lowest run, and the bytes a worker sent and the
+(Student's t, `hvdtrain.stats`), the lowest run, and the bytes a worker sent and the
 wall time, each a mean over the runs; with `--reference`, bytes as a share of that
 setting's too, and the accuracy's difference from it paired by seed: the mean of each
 seed's difference with its 95% interval, and at how many of those seeds the setting
@@ -25,7 +25,7 @@ import re
 from hvdtrain.benchmarks.diverged_runs import read_marker
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.files import read_json, write_csv
-from hvdtrain.benchmarks.stats import mean_ci95
+from hvdtrain.stats import mean_ci95
 from hvdtrain.training import run_folder
 
 SEED_NAME = re.compile(r"^(?P<setting>.+)-s(?P<seed>\d+)$")

@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 
-from hvdtrain.benchmarks.stats import mean_ci95
+from hvdtrain.stats import mean_ci95
 from hvdtrain.files import write_json
 
 

@@ -39,10 +39,10 @@ from hvdtrain.benchmarks.seeds import (SETTING_COLUMNS, add_seeds_option, format
 from hvdtrain.benchmarks.time_to_accuracy import default_targets, load_points, target_row
 from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
                              parse_choice_list, parse_int_list, refused_in)
-from hvdtrain.config_options import add_config_options, config_of
+from hvdtrain.config_options import add_config_options, add_train_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.rounds.periods import PeriodError, parse_period, period_label
-from hvdtrain.benchmarks.stats import sliding_mean
+from hvdtrain.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder
 
@@ -275,9 +275,7 @@ def check_runs(runs: list[GridRun], base: TrainConfig, warm_start_steps: int, ou
     --rescale-rounds or an outer optimizer are what a user asked the local runs to train
     with, and quietly leaving them out of the async or hierarchical runs would make the
     sweep compare more than the mode. The user chooses: drop the option or the mode."""
-    from hvdtrain.cli import build_parser  # the CLI imports this module
-
-    parser = build_parser()
+    parser = train_parser()
     with tempfile.TemporaryDirectory(prefix="hvdtrain-sweep-") as folder:
         base_path = os.path.join(folder, "base.yaml")  # nothing in --out before all pass
         base.save_yaml(base_path)
@@ -306,12 +304,19 @@ def train_argv(grid_run: GridRun, base_path: str, warm_start_steps: int,
             "--out", run_dir]
 
 
+def train_parser() -> argparse.ArgumentParser:
+    """A parser of `hvdtrain train`'s options, as the CLI's train command reads them."""
+    parser = argparse.ArgumentParser(prog="hvdtrain train")
+    add_train_options(parser)
+    return parser
+
+
 def run_config(parser: argparse.ArgumentParser, grid_run: GridRun, base_path: str,
                warm_start_steps: int, run_dir: str) -> TrainConfig:
-    """The validated config the run's `hvdtrain train` loads, parsed by `parser` (the
-    CLI's) as that command parses it."""
-    return config_of(parser.parse_args(train_argv(grid_run, base_path, warm_start_steps,
-                                                  run_dir)))
+    """The validated config the run's `hvdtrain train` loads, parsed by `parser`
+    (`train_parser`) as that command parses it."""
+    words = train_argv(grid_run, base_path, warm_start_steps, run_dir)[1:]  # after `train`
+    return config_of(parser.parse_args(words))
 
 
 def _train_or_skip(args: argparse.Namespace, grid_run: GridRun, number: int, count: int,

@@ -24,7 +24,7 @@ from hvdtrain.benchmarks.diverged_runs import described, read_marker
 from hvdtrain.benchmarks.time_to_accuracy import accuracy_rows, draw_accuracy, load_points
 from hvdtrain.errors import ConfigError, DataError
 from hvdtrain.rounds.periods import LOCAL_MODES, period_label
-from hvdtrain.benchmarks.stats import sliding_mean
+from hvdtrain.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder
 

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from hvdtrain.rounds.averaging import is_local_sync_step
 from hvdtrain.config import LOCAL_MODES
-from hvdtrain.benchmarks.stats import mean_ci95
+from hvdtrain.stats import mean_ci95
 
 
 def window_rates(step_seconds: Sequence[float], window: int, images_per_step: int) -> list[float]:

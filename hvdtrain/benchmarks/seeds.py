@@ -4,7 +4,7 @@ A setting is a run of the grid with everything but the seed (workers, mode, n_sy
 start). One run's accuracy carries the noise of its initial weights, shuffles and
 dropout; the differences the sweeps measure (sync 2.9 points behind local SGD at a
 global batch of 512) need the spread over seeds to be read: the mean test accuracy,
-and the half-width of its 95% interval from Student's t (`hvdtrain.benchmarks.stats.mean_ci95`).
+and the half-width of its 95% interval from Student's t (`hvdtrain.stats.mean_ci95`).
 A run the divergence guard stopped has no accuracy to average: the setting counts it as
 diverged, and its mean and interval are over the runs that finished. Chance accuracy in
 its place would drag the mean down by tens of points and widen the interval past
@@ -18,7 +18,7 @@ import argparse
 
 from hvdtrain.benchmarks.diverged_runs import is_diverged
 from hvdtrain.errors import ConfigError
-from hvdtrain.benchmarks.stats import mean_ci95
+from hvdtrain.stats import mean_ci95
 
 SETTING_COLUMNS = ("setting", "workers", "mode", "n_sync", "start", "seeds", "runs", "diverged",
                    "test_accuracy_mean", "test_accuracy_ci95", "target", "reached_target",

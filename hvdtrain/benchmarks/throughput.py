@@ -23,7 +23,6 @@ import tensorflow as tf
 
 from hvdtrain import comm
 from hvdtrain.buckets import gradient_buckets, parse_bucket_spec
-from hvdtrain.benchmarks.bench import DEFAULT_OPTIMIZER
 from hvdtrain.benchmarks.round_form import RoundForm
 from hvdtrain.benchmarks.scaling import (combine_repeats, communication_share, exchanges_in,
                                          rounded_steps, worker_throughput)
@@ -34,6 +33,7 @@ from hvdtrain.errors import ConfigError
 from hvdtrain.keras.fragmented_rounds import FragmentedAverager
 from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import variable_bytes
+from hvdtrain.optimizer_choice import BENCH_OPTIMIZER
 from hvdtrain.plan import Job, settle
 from hvdtrain.training.start import StartedWorker, start_worker
 
@@ -66,7 +66,7 @@ class Setup:
     # Local modes: how a round travels (ROUND_COMPRESSIONS); None: the mode's default as
     # `hvdtrain train` resolves it, made concrete by `settled` before it is measured.
     round_compression: str | None = None
-    optimizer: str = DEFAULT_OPTIMIZER  # the inner optimizer (the horovod reference's is SGD)
+    optimizer: str = BENCH_OPTIMIZER  # the inner optimizer (the horovod reference's is SGD)
 
     @property
     def form(self) -> RoundForm:

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from hvdtrain.config import TrainConfig, parse_shape
 from hvdtrain.data import load_dataset
-from hvdtrain.benchmarks.stats import mean_ci95
+from hvdtrain.stats import mean_ci95
 
 
 def pipeline_throughput(ds: tf.data.Dataset, batch_size: int, batches: int, warmup: int = 5,

@@ -18,7 +18,7 @@ from hvdtrain.errors import TrainingDiverged
 from hvdtrain.keras.state import current_learning_rate, set_optimizer_step
 from hvdtrain.progress import TrainingProgress, executed_steps
 from hvdtrain.rounds.save_plan import PendingSave, SavePlan
-from hvdtrain.benchmarks.stats import per_batch_values
+from hvdtrain.stats import per_batch_values
 from hvdtrain.training.checkpoints import CheckpointStore, SavedProgress
 
 

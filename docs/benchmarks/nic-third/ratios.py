@@ -9,7 +9,7 @@ import os
 import sys
 
 from hvdtrain.files import read_json, write_csv
-from hvdtrain.benchmarks.stats import mean_ci95
+from hvdtrain.stats import mean_ci95
 
 WORKERS, LONG, SHORT = 8, 36, 12
 
