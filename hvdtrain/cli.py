@@ -110,9 +110,12 @@ The plan is what the workers of such a job decide before their first step: which
 optimizer --optimizer auto takes and why, the peak learning rate and its cap, the
 period between rounds at this size, how a round travels, and the bytes a worker sends
 per step. With --out naming a run folder that holds a run, the plan is that run's
-resumed: the options it keeps are named. Under horovodrun, hvdtrain train prints the
-same lines from rank 0 and writes them to plan.json in the run folder. Nothing is
-started here, and TensorFlow is not loaded.
+resumed: the options it keeps are named; what train would refuse before it starts (a
+finished run, a --resume PATH missing or damaged, an option changed) is refused in the
+same one line. Hierarchical hosts of different sizes (--host-sizes) each scale their own
+rate: the plan gives each. Under horovodrun, hvdtrain train prints the same lines from
+rank 0 and writes them to plan.json in the run folder. Nothing is started here, and
+TensorFlow is not loaded.
 """
 
 
@@ -128,6 +131,9 @@ def _add_plan_parser(commands) -> None:
                       help="hosts the workers are on (default: 1); N/hosts periods count them")
     plan.add_argument("--slots", type=int, default=None,
                       help="workers per host; with --hosts, the job's workers")
+    plan.add_argument("--host-sizes", metavar="N,N,...", default=None,
+                      help="each host's workers, in rank order, where hosts differ in size "
+                           "(e.g. 6,2): the job's --workers and --hosts")
     plan.add_argument("--json", action="store_true", default=False,
                       help="print the plan as one JSON object")
     add_train_options(plan)
@@ -135,9 +141,11 @@ def _add_plan_parser(commands) -> None:
 
 
 def _plan_job(args: argparse.Namespace):
-    """The job's shape from --workers, --hosts and --slots, checked."""
+    """The job's shape from --workers, --hosts and --slots (or --host-sizes), checked."""
     from hvdtrain.plan import Job
 
+    if args.host_sizes is not None:
+        return _job_of_host_sizes(args)
     for flag, value in (("--workers", args.workers), ("--hosts", args.hosts),
                         ("--slots", args.slots)):
         if value is not None and value <= 0:
@@ -155,14 +163,32 @@ def _plan_job(args: argparse.Namespace):
     return Job(workers, hosts)
 
 
+def _job_of_host_sizes(args: argparse.Namespace):
+    """The job of hosts of the sizes --host-sizes gives; --workers and --hosts, if given
+    too, must agree with them."""
+    from hvdtrain.config import parse_int_list
+    from hvdtrain.plan import Job
+
+    sizes = tuple(parse_int_list(args.host_sizes, "--host-sizes"))
+    if args.slots is not None:
+        raise ConfigError("--host-sizes gives each host's workers: leave out --slots")
+    for flag, value in (("--workers", sum(sizes)), ("--hosts", len(sizes))):
+        given = getattr(args, flag[2:])
+        if given is not None and given != value:
+            raise ConfigError(f"{flag} {given} but --host-sizes {args.host_sizes} makes {value}")
+    return Job(sum(sizes), len(sizes), sizes if len(set(sizes)) > 1 else ())
+
+
 def _plan(args: argparse.Namespace) -> int:
     import json
 
     from hvdtrain.plan import settle
+    from hvdtrain.training.saved_run import read_saved_run
 
     job = _plan_job(args)
     cfg = config_of(args).resolved()  # as the runner takes it
-    plan = settle(cfg, job, *_saved_run(cfg, job))
+    # What rank 0 of `hvdtrain train` reads and settles, refused in the same one line.
+    plan = settle(cfg, job, read_saved_run(cfg))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
@@ -170,26 +196,6 @@ def _plan(args: argparse.Namespace) -> int:
         for warning in plan.warnings:
             print(f"hvdtrain plan: warning: {warning}")
     return 0
-
-
-def _saved_run(cfg, job) -> tuple:
-    """(the optimizer, the options kept) of the run `hvdtrain train` would resume, as it
-    would resume it (refused in one line as train would): the run --out holds, or with
-    --resume PATH of another run's checkpoint, that run's optimizer (`auto` keeps it);
-    (None, None) for a new run."""
-    import os
-
-    from hvdtrain.training import run_folder
-    from hvdtrain.training.saved_run import checked_same_run, source_optimizer
-
-    if cfg.resume == "never":
-        return None, None
-    holds_run = bool(cfg.out) and os.path.isfile(os.path.join(cfg.out, run_folder.CONFIG))
-    in_run = holds_run and run_folder.holds_checkpoint(
-        os.path.join(cfg.out, run_folder.CHECKPOINTS), cfg.resume)
-    if cfg.resume != "auto" and not in_run:
-        return source_optimizer(cfg.resume, cfg), None
-    return checked_same_run(cfg, job) if holds_run else (None, None)
 
 
 def _accept_verbose_after_the_command(commands) -> None:

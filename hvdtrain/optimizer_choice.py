@@ -21,14 +21,10 @@ Everything else takes SGD:
 - `--nesterov`, which is SGD's.
 
 A run keeps what it took: config.yaml records it, and a resumed run takes the saved one
-whatever its new number of workers.
+whatever its new number of workers. `hvdtrain.plan.settle` makes the choice, once.
 """
 
 from __future__ import annotations
-
-import dataclasses
-
-from hvdtrain.config import TrainConfig
 
 AUTO = "auto"
 LAMB_FROM_GLOBAL_BATCH = 1024
@@ -46,16 +42,6 @@ def auto_optimizer(mode: str, global_batch: int, elastic: bool, nesterov: bool,
     if measured and not elastic and not nesterov and global_batch >= LAMB_FROM_GLOBAL_BATCH:
         return "lamb"
     return "sgd"
-
-
-def settled(cfg: TrainConfig, workers: int, resumed: str | None = None) -> TrainConfig:
-    """`cfg` with `--optimizer auto` made concrete, its cap's default with it: `resumed`
-    (the optimizer the resumed run took), or the choice for a new run of `workers`."""
-    if cfg.optimizer != AUTO:
-        return cfg
-    optimizer = resumed or auto_optimizer(cfg.mode, cfg.batch_size * workers, cfg.elastic,
-                                          cfg.nesterov, cfg.hierarchical_sgd)
-    return dataclasses.replace(cfg, optimizer=optimizer).resolved()
 
 
 def took_lamb_notice(mode: str, global_batch: int) -> str:

@@ -1,11 +1,14 @@
 """A run's settled plan: what a job will do, decided once, before any worker starts.
 
-`settle(cfg, job)` takes the options (a validated `TrainConfig`), the job's shape
-(workers, hosts) and, for a resumed run, what its saved run keeps, and returns a frozen
-`RunPlan`: the optimizer and why, the peak learning rate, its cap and warmup, the period
-for this job, the form of the rounds, the bytes a worker sends per step, the defaults
-that came from the saved run, and the warnings. The runner trains by it and writes it
-beside `config.yaml`; `hvdtrain plan` prints it without starting anything.
+`settle(cfg, job, saved)` takes the options (a validated `TrainConfig`), the job's shape
+(workers, hosts) and what the run starts from (`training.saved_run.read_saved_run`: the
+saved run it continues, or the run whose checkpoint it starts from), and returns a
+frozen `RunPlan`: the optimizer and why, the peak learning rate (each host's, where
+hierarchical hosts differ in size), its cap and warmup, the period for this job, the
+form of the rounds, the bytes a worker sends per step, the defaults that came from the
+saved run, and the warnings. It is the one place a run's choices are made: the runner
+trains by it and writes it beside `config.yaml`, `hvdtrain plan` prints it without
+starting anything, `hvdtrain bench` and `hvdtrain sweep` ask it what each job would do.
 
 Pure Python: no TensorFlow, no Horovod.
 """
@@ -17,10 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from hvdtrain.config import TrainConfig, round_spec
+from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
+from hvdtrain.progress import run_steps
 from hvdtrain.rounds.periods import LOCAL_MODES, LinkPeriod, job_size, parse_period, resolve_period
 from hvdtrain.rounds.payload import VALUE_BYTES, payload_bytes
 from hvdtrain.schedules import lr_scaling_workers, scaled_lr
+from hvdtrain.training.saved_run import SavedRun, kept_options
 
 # A model's size stands in as this many values where the byte shares are worked out: the
 # shares hardly depend on it (scales and padding are under 1% from a few thousand values).
@@ -35,9 +41,12 @@ WITH_RUNNING_SQUARES = ("adam", "lamb")
 
 @dataclass(frozen=True)
 class Job:
-    """The shape of the job a plan is for: its workers, on how many hosts."""
+    """The shape of the job a plan is for: its workers, on how many hosts, and where the
+    hosts differ in size, each host's workers in the hosts' order (() for hosts of one
+    size, `workers // hosts` each)."""
     workers: int
     hosts: int = 1
+    host_sizes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,9 @@ class RunPlan:
     kept: Mapping[str, Any] = field(default_factory=dict)  # from the saved run
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()    # what was measured of such a job, where it matters
+    # (workers, peak rate) of each host, where hierarchical hosts differ in size: each
+    # scales the rate for its own workers; `peak_lr` is then the first host's (rank 0's).
+    host_peak_lrs: tuple[tuple[int, float], ...] = ()
 
     @property
     def global_batch(self) -> int:
@@ -69,6 +81,10 @@ class RunPlan:
                  f"{self.lr_workers} workers' batch, base {cfg.base_lr:g}, "
                  f"{_cap_words(cfg.max_lr)}), warmup {cfg.warmup_epochs:g} epochs from "
                  f"{self.initial_lr:.4g}, then {cfg.lr_decay}"]
+        if self.host_peak_lrs:
+            peaks = ", ".join(f"{peak:.4g} on a host of {size}" for size, peak in
+                              self.host_peak_lrs)
+            lines.append(f"hosts differ in size, and each scales its own rate: peak {peaks}")
         if cfg.mode in LOCAL_MODES:
             lines.append(f"rounds: {self.round_form}")
         if self.send_share is not None:
@@ -86,6 +102,8 @@ class RunPlan:
                 "global_batch": self.global_batch, "optimizer": self.config.optimizer,
                 "optimizer_reason": self.optimizer_reason, "peak_lr": self.peak_lr,
                 "initial_lr": self.initial_lr, "max_lr": self.config.max_lr,
+                "host_sizes": list(self.job.host_sizes),
+                "host_peak_lrs": [list(pair) for pair in self.host_peak_lrs],
                 "lr_scaling": self.config.lr_scaling, "lr_workers": self.lr_workers,
                 "warmup_epochs": self.config.warmup_epochs, "period": self.period,
                 "round_compression": _compression(self.config),
@@ -96,26 +114,85 @@ class RunPlan:
                 "notes": list(self.notes)}
 
 
-def settle(cfg: TrainConfig, job: Job, resumed_optimizer: str | None = None,
-           kept: Mapping[str, Any] | None = None) -> RunPlan:
-    """The plan of `cfg` for `job`; a resumed run passes the optimizer its saved run took
-    (`--optimizer auto` keeps it) and the saved options it keeps over this command's
-    defaults."""
-    cfg = dataclasses.replace(cfg, **dict(kept or {})).resolved()
-    optimizer, reason = _optimizer(cfg, job, resumed_optimizer)
+def settle(cfg: TrainConfig, job: Job, saved: SavedRun | None = None,
+           epoch_examples: int | None = None) -> RunPlan:
+    """The plan of `cfg` for `job`, starting from `saved` (None: a new run), in order:
+
+    1. the saved run: the options it keeps over this command's defaults, and those it
+       refuses to change (`saved_run.kept_options`);
+    2. the optimizer: as given, else the one the saved run or the run whose checkpoint
+       it starts from took (a given one that differs is refused), else auto's choice;
+    3. the learning rate for this job's size (each host's, where hierarchical hosts
+       differ in size); 4. the period; 5. how a round travels and what it sends;
+    6. what this job's size refuses: with `epoch_examples` (the run's epoch, when the
+       caller knows it), a warm start as long as the run.
+    """
+    resumed, kept = _saved_choices(cfg, job, saved or SavedRun())
+    cfg = dataclasses.replace(cfg, **kept).resolved()
+    optimizer, reason = _optimizer(cfg, job, resumed)
     cfg = dataclasses.replace(cfg, optimizer=optimizer).resolved()
-    lr_workers = lr_scaling_workers(job.workers, cfg.mode in LOCAL_MODES,
-                                    cfg.local_lr_workers or 0,
-                                    job.workers // job.hosts if cfg.hierarchical_sgd else 0)
+    host_peaks = _host_peaks(cfg, job)
+    lr_workers = _lr_workers(cfg, job, job.workers // job.hosts)
     period = _period(cfg, job)
+    if epoch_examples is not None:
+        check_length(cfg, job, epoch_examples)
     return RunPlan(
         config=cfg, job=job, optimizer_reason=reason,
-        peak_lr=scaled_lr(cfg.base_lr, cfg.batch_size * lr_workers, cfg.lr_scaling, cfg.max_lr),
+        peak_lr=host_peaks[0][1] if host_peaks else _peak(cfg, lr_workers),
         initial_lr=scaled_lr(cfg.base_lr, cfg.batch_size, cfg.lr_scaling, cfg.max_lr),
         lr_workers=lr_workers, period=period, round_form=_round_form(cfg, period),
-        send_share=_send_share(cfg, job, period), kept=dict(kept or {}),
+        send_share=_send_share(cfg, job, period), kept=dict(kept), host_peak_lrs=host_peaks,
         warnings=tuple(w for w in (costly_period(cfg, job), unmeasured_batch(cfg, job)) if w),
         notes=tuple(n for n in (_one_host(cfg, job),) if n))
+
+
+def _saved_choices(cfg: TrainConfig, job: Job,
+                   saved: SavedRun) -> tuple[str | None, dict[str, Any]]:
+    """(the optimizer the run continues with, the saved options it keeps)."""
+    if saved.config is not None:
+        # A config.yaml saved before `auto` chose takes auto's choice for this job.
+        before = _with_optimizer(saved.config, job, None)
+        now = _with_optimizer(cfg, job, before.optimizer)
+        return before.optimizer, kept_options(cfg, now, before, job.workers, job.hosts)
+    taken = saved.source_optimizer
+    if taken is not None and cfg.optimizer not in (AUTO, taken):
+        raise ConfigError(f"--resume {cfg.resume}: the checkpoint was written with "
+                          f"--optimizer {taken} ({saved.source}), not {cfg.optimizer}: give "
+                          f"--optimizer {taken} or auto")
+    return taken, {}
+
+
+def _with_optimizer(cfg: TrainConfig, job: Job, resumed: str | None) -> TrainConfig:
+    """`cfg` with `--optimizer auto` made concrete, its defaults with it."""
+    return dataclasses.replace(cfg, optimizer=_optimizer(cfg, job, resumed)[0]).resolved()
+
+
+def _lr_workers(cfg: TrainConfig, job: Job, host_workers: int) -> int:
+    """The workers whose batch the scaling rule counts, on a host of `host_workers`."""
+    return lr_scaling_workers(job.workers, cfg.mode in LOCAL_MODES, cfg.local_lr_workers or 0,
+                              host_workers if cfg.hierarchical_sgd else 0)
+
+
+def _peak(cfg: TrainConfig, lr_workers: int) -> float:
+    return scaled_lr(cfg.base_lr, cfg.batch_size * lr_workers, cfg.lr_scaling, cfg.max_lr)
+
+
+def _host_peaks(cfg: TrainConfig, job: Job) -> tuple[tuple[int, float], ...]:
+    """(workers, peak rate) of each host of a hierarchical job whose hosts differ in size,
+    in the hosts' order: each host scales the rate for its own workers (`world.py`);
+    () when every host trains at one rate."""
+    if not cfg.hierarchical_sgd or len(set(job.host_sizes)) < 2:
+        return ()
+    return tuple((size, _peak(cfg, _lr_workers(cfg, job, size))) for size in job.host_sizes)
+
+
+def check_length(cfg: TrainConfig, job: Job, epoch_examples: int) -> None:
+    """Refuse what a new run's length at this job's size leaves no room for (the runner
+    asks once it has counted the epoch; `settle` when its caller knows it)."""
+    steps = run_steps(epoch_examples, cfg.epochs, cfg.batch_size * job.workers)
+    if cfg.mode in LOCAL_MODES and cfg.warm_start_steps >= steps:
+        raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
+                          f"in a run of {steps} steps at {job_size(job.workers, job.hosts)}")
 
 
 def _optimizer(cfg: TrainConfig, job: Job, resumed: str | None) -> tuple[str, str]:

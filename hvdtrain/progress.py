@@ -13,6 +13,7 @@ global batch. Pure Python: the Keras callbacks in `hvdtrain.training.callbacks` 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 
@@ -41,7 +42,11 @@ class TrainingProgress:
       waiting for the round in flight. Not kept by checkpoints: it times this process.
     - `eval_seconds`: wall time spent evaluating within training (Keras's validation after
       each epoch, `--eval-every`'s evaluations within epochs), so time to accuracy can
-      leave it out. Not kept by checkpoints either.
+      leave it out; every process's of the run (kept by checkpoints and commits).
+    - `train_seconds`: wall time the run has trained, evaluations left out, every process's
+      (kept by checkpoints and commits): the count as of the last `start_clock` or
+      `restore`; `trained_seconds(now)` adds this process's time since. A run that
+      stopped and resumed counts what it trained before the stop, not the time between.
     - `own_steps`, `own_examples`: what this worker alone trained in this process.
     - `workers_in_step`: every worker takes the same steps, so the others' examples are
       known as they happen. Rounds every T seconds (`hvdtrain.rounds.timed`) clear it:
@@ -62,6 +67,10 @@ class TrainingProgress:
     own_examples: int = 0
     workers_in_step: bool = True
     worker_steps: tuple[int, ...] = ()
+    train_seconds: float = 0.0
+    # Where this process's clock started (`time.time()`) and `eval_seconds` then.
+    clock_start: float | None = None
+    clock_eval: float = 0.0
 
     def advance(self, steps: int, batch_size: int = 0, workers: int = 1) -> None:
         """`steps` more of this worker, each of `batch_size` examples per worker."""
@@ -71,11 +80,27 @@ class TrainingProgress:
         self.examples += steps * batch_size * (workers if self.workers_in_step else 1)
 
     def restore(self, saved: dict[str, int]) -> None:
-        """Take the counts a checkpoint or an elastic commit kept (`saved`'s keys)."""
+        """Take the counts a checkpoint or an elastic commit kept (`saved`'s keys); the
+        seconds go on from them now (a commit's: the time since it is trained again)."""
         for name, value in saved.items():
             if name not in SAVED_COUNTS:
                 raise ValueError(f"not a saved count of TrainingProgress: {name!r}")
             setattr(self, name, value)
+        if "train_seconds" in saved and self.clock_start is not None:
+            self.start_clock(time.time())
+
+    def start_clock(self, now: float) -> None:
+        """Count this process's training seconds from `now` on top of `train_seconds`."""
+        self.clock_start, self.clock_eval = now, self.eval_seconds
+
+    def trained_seconds(self, now: float | None = None) -> float:
+        """The run's training seconds at `now` (default: this moment): every earlier
+        process's, and this one's since its clock started, evaluations left out."""
+        if self.clock_start is None:
+            return self.train_seconds
+        now = time.time() if now is None else now
+        return self.train_seconds + (now - self.clock_start) - \
+            (self.eval_seconds - self.clock_eval)
 
     def take_job_step(self, step: int) -> None:
         """After a round every T seconds: the job's step, learnt from the round's reports,
@@ -97,14 +122,16 @@ class TrainingProgress:
         """True when every worker holds the same model state (right after a round)."""
         return self.consensus_step is None or self.consensus_step == self.steps
 
-    def saved(self) -> dict[str, int]:
-        """What a checkpoint or an elastic commit keeps (consensus is implied there)."""
-        return {name: getattr(self, name) for name in SAVED_COUNTS}
+    def saved(self, now: float | None = None) -> dict[str, int | float]:
+        """What a checkpoint or an elastic commit keeps (consensus is implied there), the
+        seconds as of `now` (default: this moment)."""
+        counts = {name: getattr(self, name) for name in SAVED_COUNTS}
+        return dict(counts, train_seconds=self.trained_seconds(now))
 
 
 # The counts a checkpoint or an elastic commit keeps; the rest time or describe one process.
 SAVED_COUNTS = ("epoch_examples", "examples", "steps", "averaging_rounds", "state_bytes",
-                "broadcast_bytes")
+                "broadcast_bytes", "eval_seconds", "train_seconds")
 
 
 def epoch_length(num_train: int | None, steps_cap: int | None, global_batch: int) -> int:
@@ -119,6 +146,12 @@ def epoch_length(num_train: int | None, steps_cap: int | None, global_batch: int
         return num_train
     capped = steps_cap * global_batch
     return capped if num_train is None else min(num_train, capped)
+
+
+def run_steps(epoch_examples: int, epochs: int, global_batch: int) -> int:
+    """Whole steps of `global_batch` in `epochs` epochs of `epoch_examples` examples: a
+    new run's length at this job's size, which a warm start must leave room in."""
+    return epochs * epoch_examples // global_batch
 
 
 def steps_to_epoch_end(examples: int, epoch_examples: int, global_batch: int) -> int:

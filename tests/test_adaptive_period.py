@@ -93,7 +93,10 @@ def test_a_floor_after_the_colon_keeps_a_period_per_worker_from_shrinking_below_
 
 
 def test_local_runs_default_to_int8_rounds_every_2_steps_and_async_to_ten_over_the_workers():
-    from hvdtrain.optimizer_choice import settled
+    from hvdtrain.plan import Job, settle
+
+    def settled(cfg, workers):
+        return settle(cfg, Job(workers)).config
 
     local = load_config(None, {"mode": "local"}).resolved()
     # Both once auto has chosen: LAMB's rescaled rounds go every step, in int4.

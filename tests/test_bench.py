@@ -202,13 +202,13 @@ def _bench_setups(*argv: str, **config):
 
 def test_every_bench_setup_trains_one_optimizer_at_every_worker_count():
     from hvdtrain.benchmarks.throughput import train_config
-    from hvdtrain.optimizer_choice import settled
+    from hvdtrain.plan import Job, settle
 
     # Training's `--optimizer auto` takes LAMB from a global batch of 1,024 (16 x 64): a
     # bench's rows at 2 and at 32 workers must still time the same optimizer.
     for setup in _bench_setups("--modes", "sync,local,independent,hlocal", "--n-sync", "10"):
         cfg = train_config(setup, 60, "out", False).resolved()
-        runs = {workers: settled(cfg, workers) for workers in (2, 8, 16, 32)}
+        runs = {workers: settle(cfg, Job(workers)).config for workers in (2, 8, 16, 32)}
         assert {w: run.optimizer for w, run in runs.items()} == dict.fromkeys(runs, "sgd"), \
             setup.label
         assert not any(run.rescale_rounds for run in runs.values()), setup.label
@@ -216,10 +216,10 @@ def test_every_bench_setup_trains_one_optimizer_at_every_worker_count():
 
 def test_a_bench_row_records_its_settled_optimizer_and_round_compression():
     from hvdtrain.benchmarks.bench import CSV_COLUMNS
-    from hvdtrain.benchmarks.throughput import settled, train_config
+    from hvdtrain.benchmarks.throughput import as_planned, train_config
     from hvdtrain.config import load_config
 
-    setups = [settled(s, 16) for s in _bench_setups(
+    setups = [as_planned(s, 16) for s in _bench_setups(
         "--optimizer", "lamb", "--modes", "sync,local,async,hlocal", "--n-sync", "10")]
     assert {s.optimizer for s in setups} == {"lamb"}
     # Not given, a round travels as `hvdtrain train` of that mode sends it: here LAMB's
@@ -238,9 +238,9 @@ def test_a_bench_row_records_its_settled_optimizer_and_round_compression():
 
 
 def test_bench_rounds_default_to_trainings_own_and_fp16_allreduce_makes_async_rounds_fp16():
-    from hvdtrain.benchmarks.throughput import settled
+    from hvdtrain.benchmarks.throughput import as_planned
 
-    setups = [settled(s, 2) for s in _bench_setups(
+    setups = [as_planned(s, 2) for s in _bench_setups(
         "--modes", "local,async,independent", "--n-sync", "10", fp16_allreduce=True)]
     assert [(s.optimizer, s.label) for s in setups] == [
         ("sgd", "local, n_sync 10, int8"), ("sgd", "async, n_sync 10, fp16"),

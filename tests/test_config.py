@@ -142,8 +142,22 @@ def _write_saved(folder, values: dict, missing=()) -> None:
     (folder / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
 
 
+def plan_resume(cfg, job):
+    """What `hvdtrain train` settles for `cfg` on `job`: rank 0's read of its run folder,
+    then the plan (the checkpoint resumed, the options kept, the optimizer and config)."""
+    import types
+
+    from hvdtrain.plan import settle
+    from hvdtrain.training.saved_run import read_saved_run
+
+    saved = read_saved_run(cfg)
+    plan = settle(cfg, job, saved)
+    return types.SimpleNamespace(checkpoint=saved.checkpoint, kept=plan.kept,
+                                 optimizer=plan.config.optimizer, config=plan.config)
+
+
 def test_a_run_saved_before_a_mode_dependent_default_was_written_resumes_under_it(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     # A config.yaml that leaves --average-optimizer-state out (hand-written, or older).
     _write_saved(tmp_path, {"mode": "async"})
@@ -156,7 +170,7 @@ def test_a_run_saved_before_a_mode_dependent_default_was_written_resumes_under_i
 
 
 def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     # Sync runs used to save the local period's default (10); sync mode never reads it.
     _write_saved(tmp_path, {"n_sync": 10})
@@ -183,7 +197,7 @@ def test_a_sync_run_resumes_whatever_period_its_config_saved(tmp_path):
 ])
 def test_a_local_run_saved_under_an_old_default_period_resumes_under_it(
         tmp_path, saved, overrides, workers, hosts, kept):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     # Local mode's default was 40/workers, then 40/workers:5, now 2 (hierarchical: 40/hosts,
     # then 40/hosts:5, now 2). Where the steps agree, the run goes on under today's default.
@@ -193,7 +207,7 @@ def test_a_local_run_saved_under_an_old_default_period_resumes_under_it(
 
 
 def test_a_period_given_as_steps_resumes_a_run_saved_with_a_rule_of_the_same_steps(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     _write_saved(tmp_path, {"mode": "local", "n_sync": "16/workers"})
     cfg = load_config(None, {"mode": "local", "n_sync": "2", "out": str(tmp_path)}).resolved()
@@ -210,7 +224,10 @@ def test_a_period_given_as_steps_resumes_a_run_saved_with_a_rule_of_the_same_ste
 ])
 def test_flat_local_mode_rounds_every_step_on_lamb_and_every_2_otherwise(
         optimizer, workers, batch, hierarchical, period):
-    from hvdtrain.optimizer_choice import settled
+    from hvdtrain.plan import Job, settle
+
+    def settled(cfg, workers):
+        return settle(cfg, Job(workers)).config
 
     cfg = load_config(None, {"mode": "local", "optimizer": optimizer, "batch_size": batch,
                              "hierarchical_sgd": hierarchical}).resolved()
@@ -222,7 +239,7 @@ def test_flat_local_mode_rounds_every_step_on_lamb_and_every_2_otherwise(
 
 
 def test_a_lamb_local_run_saved_with_rounds_every_2_steps_goes_on_with_them(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     _write_saved(tmp_path, {"mode": "local", "optimizer": "lamb", "batch_size": 32,
                             "n_sync": 2, "rescale_rounds": True})
@@ -236,7 +253,7 @@ def test_a_lamb_local_run_saved_with_rounds_every_2_steps_goes_on_with_them(tmp_
 
 @pytest.mark.parametrize("mode", ["local", "async", "sync"])
 def test_a_run_saved_before_rescaled_rounds_existed_goes_on_without_them(tmp_path, mode):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
     from hvdtrain.training.saved_run import kept_notice
 
     # Saved with the cap and the compression of the time, before --rescale-rounds.
@@ -252,7 +269,7 @@ def test_a_run_saved_before_rescaled_rounds_existed_goes_on_without_them(tmp_pat
                          if mode == "local" else {})
     if mode == "local":  # the cap and int8 follow from --no-rescale-rounds: not named apart
         assert "as it was started: --no-rescale-rounds (this command" in \
-            kept_notice(cfg, plan.kept, plan.optimizer)
+            kept_notice(plan.config, plan.kept)
 
 
 @pytest.mark.parametrize("saved, given, message", [
@@ -266,7 +283,7 @@ def test_a_run_saved_before_rescaled_rounds_existed_goes_on_without_them(tmp_pat
 ])
 def test_an_option_given_otherwise_fixed_at_start_or_of_an_elastic_run_is_refused_naming_it(
         tmp_path, saved, given, message):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     # An elastic run's workers do not all see the resume plan, and Horovod's process sets
     # are made before the run folder is read: neither can take the saved value instead.
@@ -277,7 +294,7 @@ def test_an_option_given_otherwise_fixed_at_start_or_of_an_elastic_run_is_refuse
 
 
 def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
     from hvdtrain.training.saved_run import kept_notice
 
     # Every option the command leaves at its default takes the run's: the mode too, and
@@ -289,14 +306,14 @@ def test_a_run_saved_under_other_defaults_resumes_as_it_was_started(tmp_path):
     assert plan.kept == {"epochs": 3, "local_lr_workers": 8, "mode": "local", "n_sync": 7,
                          "average_optimizer_state": True, "round_compression": "fp16"}
     # The line leaves out --local-lr-workers 8: local mode's own default, kept with it.
-    assert kept_notice(cfg, plan.kept, plan.optimizer) == (
+    assert kept_notice(plan.config, plan.kept) == (
         f"hvdtrain: resuming {tmp_path} as it was started: --epochs 3, --mode local, "
         "--n-sync 7, --average-optimizer-state, --round-compression fp16 (this command gave "
         "the defaults, which differ)")
 
 
 def test_a_period_given_other_than_the_default_must_be_the_one_saved(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     _write_saved(tmp_path, {"mode": "local", "n_sync": "40/workers"})
     cfg = load_config(None, {"mode": "local", "n_sync": "5", "out": str(tmp_path)}).resolved()
@@ -332,7 +349,7 @@ def test_every_option_added_since_the_first_schema_declares_what_older_runs_did(
 
 
 def test_a_local_run_saved_before_compressed_rounds_and_the_cap_goes_on_without_them(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
     from hvdtrain.training.saved_run import kept_notice
 
     # Rounds travelled as float32 and the linear rule had no cap: today's int8 rounds and
@@ -343,12 +360,11 @@ def test_a_local_run_saved_before_compressed_rounds_and_the_cap_goes_on_without_
     cfg = load_config(None, {"mode": "local", "optimizer": "sgd", "out": str(tmp_path)})
     plan = plan_resume(cfg.resolved(), Job(8, 1))
     assert plan.kept == {"max_lr": 0.0, "round_compression": "none"}
-    assert "--max-lr 0.0, --round-compression none" in kept_notice(cfg, plan.kept,
-                                                                    plan.optimizer)
+    assert "--max-lr 0.0, --round-compression none" in kept_notice(plan.config, plan.kept)
 
 
 def test_a_saved_config_missing_an_option_of_the_first_schema_is_refused_naming_it(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
+    from hvdtrain.plan import Job
 
     _write_saved(tmp_path, {"mode": "local"}, missing=("warm_start",))
     cfg = load_config(None, {"mode": "local", "out": str(tmp_path)}).resolved()

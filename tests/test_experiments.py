@@ -354,3 +354,22 @@ def test_a_sweep_row_gives_the_form_its_runs_rounds_travelled_in(tmp_path, optio
 def test_a_sweep_row_of_a_run_that_saved_no_config_leaves_its_form_blank(tmp_path):
     assert saved_round_form(str(tmp_path)) == {"round_fragments": "", "round_compression": ""}
 
+
+
+def test_a_warm_start_as_long_as_a_run_at_the_most_workers_stops_the_sweep_before_any_run(
+        tmp_path, capsys, monkeypatch, idx_dataset_dir):
+    # 512 training examples at 16 a worker: 16 steps at 2 workers, 8 at 4. A warm start of
+    # 10 steps leaves local steps at 2 workers and none at 4: refused before anything trains.
+    trained = []
+    monkeypatch.setattr(experiments, "run_job", lambda command, log_path: trained.append(
+        command) or subprocess.CompletedProcess(command, 1))
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--out", str(out), "--workers", "2,4", "--n-sync", "2", "--start",
+                 "cold,warm", "--warm-start-steps", "10", "--data-dir", idx_dataset_dir,
+                 "--batch-size", "16", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("hvdtrain: error: sweep run w4-n2-warm (local) would be refused: "
+                   "--warm-start-steps 10 leaves no local steps in a run of 8 steps at 4 "
+                   "workers; nothing has trained: change the shared options, or leave local "
+                   "out of --modes")
+    assert trained == [] and not out.exists()

@@ -24,6 +24,7 @@ from hvdtrain.benchmarks.learning_curves import load_curve
 from hvdtrain.config import LOCAL_MODES, load_config, parse_interval
 from hvdtrain.data import load_dataset
 from hvdtrain.errors import ConfigError
+from hvdtrain.plan import Job, settle
 from hvdtrain.training.callbacks import Checkpointer, CountProgress, ElasticCommit, StepLog
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.rounds.save_plan import SavePlan
@@ -127,19 +128,24 @@ def test_a_step_checkpoint_at_an_epochs_last_step_is_saved_after_its_log():
 
 def test_a_checkpoint_keeps_the_seconds_trained_so_far_and_reads_them_back(tmp_path):
     comm.init()
-    progress = TrainingProgress(epoch_examples=80, steps=5, examples=40, eval_seconds=10.0)
+    # A run resumed after 70 s of training and 5 of evaluating, 30 s into this process
+    # (10 of them evaluating).
+    progress = TrainingProgress(epoch_examples=80, steps=5, examples=40, train_seconds=70.0,
+                                eval_seconds=5.0)
+    progress.start_clock(time.time() - 30.0)
+    progress.eval_seconds += 10.0
     store = CheckpointStore(str(tmp_path / "ckpt"))
-    # A run resumed after 70 s of training, 30 s into this process (10 of them evaluating).
-    checkpointer = Checkpointer(store, _state(1), SavePlan("steps", 5), progress, 8,
-                                start_time=time.time() - 100.0)
+    checkpointer = Checkpointer(store, _state(1), SavePlan("steps", 5), progress, 8)
     checkpointer.set_model(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
     checkpointer._save()
     saved, problem = CheckpointStore.verify(store.newest())
-    assert problem is None and 89.0 < saved.train_seconds < 95.0
+    assert problem is None and 89.0 < saved.progress.train_seconds < 95.0
+    assert saved.progress.eval_seconds == 15.0  # the run's evaluations, not lost
     # Checkpoints written before the seconds were kept read as 0.
     meta = saved.to_json()
-    del meta["train_seconds"]
-    assert SavedProgress.from_json(meta).train_seconds == 0.0
+    del meta["train_seconds"], meta["eval_seconds"]
+    old = SavedProgress.from_json(meta).progress
+    assert (old.train_seconds, old.eval_seconds) == (0.0, 0.0)
 
 
 def test_step_log_flushed_at_commits_writes_each_step_once_with_its_own_value(tmp_path):
@@ -272,13 +278,23 @@ def _run_with_checkpoints(out, steps) -> CheckpointStore:
     return store
 
 
+def plan_resume(cfg, job):
+    """Where `hvdtrain train` starts `cfg` on `job` (rank 0's read of its run folder),
+    once the plan settled from it has refused what it refuses."""
+    from hvdtrain.training.saved_run import read_saved_run
+
+    saved = read_saved_run(cfg)
+    settle(cfg, job, saved)
+    return saved
+
+
 def _names(paths) -> list[str]:
     return [os.path.basename(p) for p in paths]
 
 
 def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_it(tmp_path,
                                                                                   capsys):
-    from hvdtrain.training.resume import Job, plan_resume, restore_on_chief
+    from hvdtrain.training.resume import restore_on_chief
 
     comm.init()  # a world of one worker: this process is rank 0
     out = tmp_path / "run"
@@ -302,7 +318,6 @@ def test_resuming_an_older_checkpoint_of_the_run_sets_the_newer_aside_and_keeps_
 
 
 def test_resuming_another_runs_checkpoint_keeps_its_optimizer_or_refuses_another(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
 
     # A LAMB run at 16 x 64; a new job of 2 workers, where auto would take SGD, starts
     # from its checkpoint: LAMB's slots are what the checkpoint holds.
@@ -313,8 +328,8 @@ def test_resuming_another_runs_checkpoint_keeps_its_optimizer_or_refuses_another
     store = CheckpointStore(str(source / "checkpoints"), keep=3)
     store.save(_state(1), _saved(100))
     given = {"out": str(tmp_path / "new"), "resume": store.path_for(100)}
-    plan = plan_resume(load_config(None, given).resolved(), Job(2, 1))
-    assert plan.optimizer == "lamb"
+    cfg = load_config(None, given).resolved()
+    assert settle(cfg, Job(2, 1), plan_resume(cfg, Job(2, 1))).config.optimizer == "lamb"
     with pytest.raises(ConfigError, match=r"^--resume \S+: the checkpoint was written with "
                                           r"--optimizer lamb \(\S+config.yaml\), not sgd: "
                                           r"give --optimizer lamb or auto$"):
@@ -342,7 +357,7 @@ def test_a_checkpoint_that_does_not_fit_the_optimizer_is_one_line_naming_it(tmp_
 def test_resuming_an_older_checkpoint_keeps_the_log_lines_it_cuts_with_the_abandoned_branch(
         tmp_path, capsys):
     from hvdtrain.training import run_folder
-    from hvdtrain.training.resume import Job, plan_resume, restore_on_chief
+    from hvdtrain.training.resume import restore_on_chief
 
     comm.init()
     out = tmp_path / "run"
@@ -377,7 +392,6 @@ def test_branches_abandoned_within_one_second_get_folders_of_their_own(tmp_path)
 
 
 def test_resuming_a_checkpoint_of_the_run_with_another_config_is_refused_as_auto_is(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
 
     out = tmp_path / "run"
     store = _run_with_checkpoints(out, (3000, 4000))
@@ -389,7 +403,6 @@ def test_resuming_a_checkpoint_of_the_run_with_another_config_is_refused_as_auto
 
 
 def test_resuming_another_runs_checkpoint_into_a_folder_that_holds_a_run_is_refused(tmp_path):
-    from hvdtrain.training.resume import Job, plan_resume
 
     other = _run_with_checkpoints(tmp_path / "other", (3000,))
     out = tmp_path / "run"
@@ -471,7 +484,7 @@ def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path
     assert not (out / "summary.json").exists()
     for path in _checkpoints(out):  # whatever was on disk at the kill is whole
         assert CheckpointStore.verify(path)[1] is None
-    trained_before = CheckpointStore.verify(_checkpoints(out)[0])[0].train_seconds  # newest
+    trained_before = CheckpointStore.verify(_checkpoints(out)[0])[0].progress.train_seconds
 
     second = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -480,7 +493,7 @@ def test_killed_worker_then_same_command_resumes_and_finishes_all_steps(tmp_path
     assert summary["resumed_from_step"] > 0 and summary["resumed_from_step"] % 4 == 0
     assert summary["resumed_from_step"] + summary["steps_run"] == summary["total_steps"] == 48
     # The run's clock went on from the checkpoint's: time to a target counts the first part.
-    assert 0 < trained_before < summary["wall_seconds"]
+    assert 0 < trained_before < summary["train_seconds"]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2] and records[-1]["step"] == 48
 

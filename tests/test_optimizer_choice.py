@@ -6,9 +6,14 @@ import pytest
 from fake_comm import FakeComm
 from hvdtrain.config import TrainConfig, load_config
 from hvdtrain.errors import ConfigError
-from hvdtrain.optimizer_choice import LAMB_FROM_GLOBAL_BATCH, auto_optimizer, settled
-from hvdtrain.plan import Job
-from hvdtrain.training.saved_run import _check_same_run
+from hvdtrain.optimizer_choice import LAMB_FROM_GLOBAL_BATCH, auto_optimizer
+from hvdtrain.plan import Job, settle
+from hvdtrain.training.saved_run import SavedRun
+
+
+def settled(cfg, workers, resumed=None):
+    """`cfg` as the plan settles it for `workers`, resuming a run that took `resumed`."""
+    return settle(cfg, Job(workers), SavedRun(source_optimizer=resumed)).config
 
 
 @pytest.mark.parametrize("mode, global_batch, elastic, nesterov, hierarchical, chosen", [
@@ -61,18 +66,17 @@ def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
     assert settled(cfg, 8, resumed="lamb").optimizer == "lamb"
     assert settled(cfg, 16, resumed="sgd").optimizer == "sgd"
     given = load_config(None, {"optimizer": "sgd"}).resolved()
-    assert settled(given, 16) == given
+    assert settled(given, 16) == given.resolved()
 
 
 def test_rank_0_says_in_one_line_when_a_new_run_takes_lamb(capsys):
-    from hvdtrain.training.resume import ResumePlan
     from hvdtrain.training.runner import _settled_plan
 
     cfg = load_config(None, {}).resolved()
     for rank in (0, 1):
         with FakeComm(16, rank):
-            assert _settled_plan(cfg, ResumePlan()).config.optimizer == "lamb"
-            resumed = ResumePlan(optimizer="sgd")  # resumed: no line
+            assert _settled_plan(cfg, SavedRun()).config.optimizer == "lamb"
+            resumed = SavedRun(source_optimizer="sgd")  # resumed: no line
             assert _settled_plan(cfg, resumed).config.optimizer == "sgd"
     lines = [line for line in capsys.readouterr().out.splitlines()
              if not line.startswith("hvdtrain: plan: ")]  # rank 0's plan, twice
@@ -85,12 +89,13 @@ def test_auto_resumes_a_run_on_either_optimizer_and_a_given_one_must_match():
     job = Job(workers=8, hosts=1)
     auto = load_config(None, {}).resolved()
     for saved_optimizer in ("lamb", "sgd"):
-        saved = settled(auto, 16, resumed=saved_optimizer)
-        _check_same_run(auto, saved, job)  # no error: auto keeps the saved one
-    saved = settled(auto, 16)
+        saved = SavedRun(config=settled(auto, 16, resumed=saved_optimizer))
+        # No error: auto keeps the saved one.
+        assert settle(auto, job, saved).config.optimizer == saved_optimizer
+    saved = SavedRun(config=settled(auto, 16))
     with pytest.raises(ConfigError, match="--optimizer is 'sgd' but the run was started "
                                           "with 'lamb'"):
-        _check_same_run(load_config(None, {"optimizer": "sgd"}).resolved(), saved, job)
+        settle(load_config(None, {"optimizer": "sgd"}).resolved(), job, saved)
 
 
 def test_the_default_is_auto_and_help_says_what_it_takes():

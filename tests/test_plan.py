@@ -10,6 +10,22 @@ import pytest
 from hvdtrain.cli import main
 from hvdtrain.config import load_config
 from hvdtrain.plan import Job, settle
+from hvdtrain.training.saved_run import SavedRun
+
+
+def sound_checkpoint(folder, step, examples=None):
+    """A checkpoint folder that verifies (`CheckpointStore.verify`), holding no state:
+    what `hvdtrain plan` reads of one, without TensorFlow."""
+    import hashlib
+
+    path = folder / f"step-{step:09d}"
+    path.mkdir(parents=True)
+    (path / "state.index").write_bytes(b"index")
+    progress = {"epoch_examples": 640, "examples": examples or 64 * step, "steps": step,
+                "workers": 8, "batch_size": 8}
+    (path / "meta.json").write_text(json.dumps({"progress": progress, "files": {
+        "state.index": hashlib.sha256(b"index").hexdigest()}}))
+    return str(path)
 
 
 def plan_of(workers, hosts=1, **options):
@@ -43,9 +59,9 @@ def test_local_modes_round_form_follows_the_optimizer_auto_takes(workers, period
 
 
 def test_a_resumed_run_keeps_its_optimizer_and_the_options_it_saved():
-    plan = settle(load_config(None, {"mode": "local"}), Job(32, 1), resumed_optimizer="sgd",
-                  kept={"n_sync": 5})
-    assert (plan.config.optimizer, plan.period) == ("sgd", 5)
+    saved = load_config(None, {"mode": "local", "optimizer": "sgd", "n_sync": 5}).resolved()
+    plan = settle(load_config(None, {"mode": "local"}), Job(32, 1), SavedRun(config=saved))
+    assert (plan.config.optimizer, plan.period, plan.kept) == ("sgd", 5, {"n_sync": 5})
     assert "keeps what the saved run took" in plan.optimizer_reason
     assert "kept from the saved run: n_sync=5" in plan.lines()
 
@@ -132,10 +148,9 @@ def test_hvdtrain_plan_resuming_another_runs_checkpoint_keeps_that_runs_optimize
     # A run of 16 workers took LAMB; its checkpoint, resumed into a new folder by 8 workers
     # (where `auto` alone would take SGD), holds LAMB's slots: train keeps LAMB, so must plan.
     source = tmp_path / "source"
-    (source / "checkpoints" / "ckpt-100").mkdir(parents=True)
+    checkpoint = sound_checkpoint(source / "checkpoints", 100)
     saved = dict(TrainConfig().to_dict(), optimizer="lamb", out=str(source))
     (source / "config.yaml").write_text(yaml.safe_dump(saved))
-    checkpoint = str(source / "checkpoints" / "ckpt-100")
     new = ["plan", "--workers", "8", "--out", str(tmp_path / "new"), "--resume", checkpoint]
     assert main(new + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["optimizer"] == "lamb"
@@ -162,3 +177,94 @@ def test_a_period_that_follows_the_link_is_said_in_words():
                            "hold rounds to 20% of a worker's time")
     assert plan_of(4, hosts=4, mode="local", n_sync="auto").round_form.startswith(
         "by the rule auto;")
+
+
+def _train_refuses(cfg_options) -> str:
+    """The one line `hvdtrain train`'s rank 0 refuses these options with, before any
+    worker builds anything (its reading of the run folder, then its plan)."""
+    from hvdtrain.errors import ConfigError
+    from hvdtrain.training.saved_run import read_saved_run
+
+    cfg = load_config(None, cfg_options).resolved()
+    with pytest.raises(ConfigError) as refused:
+        settle(cfg, Job(4), read_saved_run(cfg))
+    return str(refused.value)
+
+
+def _plan_refuses(argv, capsys) -> str:
+    assert main(["plan", "--workers", "4", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    return err.removeprefix("hvdtrain: error: ").strip()
+
+
+def test_hvdtrain_plan_refuses_a_finished_run_folder_as_train_does(tmp_path, capsys):
+    load_config(None, dict(mode="local", optimizer="sgd", n_sync=5)).resolved().save_yaml(
+        str(tmp_path / "config.yaml"))
+    (tmp_path / "summary.json").write_text(json.dumps({"test_accuracy": 0.9}))
+    refused = _plan_refuses(["--mode", "local", "--out", str(tmp_path)], capsys)
+    assert refused == f"run folder {tmp_path} holds a finished run; choose a new --out"
+    assert refused == _train_refuses(dict(mode="local", out=str(tmp_path)))
+
+
+@pytest.mark.parametrize("damage", ["missing", "checksum", "no meta"])
+def test_hvdtrain_plan_refuses_a_resume_path_missing_or_damaged_as_train_does(
+        damage, tmp_path, capsys):
+    checkpoint = sound_checkpoint(tmp_path / "source" / "checkpoints", 100)
+    if damage == "missing":
+        checkpoint = str(tmp_path / "nonexistent" / "step-000000100")
+    elif damage == "checksum":
+        (tmp_path / "source" / "checkpoints" / "step-000000100" / "state.index").write_bytes(
+            b"changed")
+    else:
+        (tmp_path / "source" / "checkpoints" / "step-000000100" / "meta.json").unlink()
+    new = str(tmp_path / "new")
+    refused = _plan_refuses(["--resume", checkpoint, "--out", new], capsys)
+    assert refused.startswith(f"--resume {checkpoint}: ")
+    assert refused == _train_refuses(dict(resume=checkpoint, out=new))
+
+
+def test_hvdtrain_plan_refuses_a_run_folder_that_holds_a_run_under_resume_never(tmp_path,
+                                                                              capsys):
+    load_config(None, {}).resolved().save_yaml(str(tmp_path / "config.yaml"))
+    refused = _plan_refuses(["--resume", "never", "--out", str(tmp_path)], capsys)
+    assert refused == f"run folder {tmp_path} already holds a run; choose a new --out"
+
+
+def test_hierarchical_hosts_of_unequal_size_each_get_their_own_rate_in_the_plan(capsys):
+    # Hosts of 6 and 2 workers at batch 32 in async mode: each host scales the rate for its
+    # own workers, so they train at different peaks; the plan names both, and the first
+    # host's (rank 0's) as its peak.
+    plan = settle(load_config(None, dict(mode="async", hierarchical_sgd=True, batch_size=32,
+                                         lr_decay="step")), Job(8, 2, (6, 2)))
+    (big, big_peak), (small, small_peak) = plan.host_peak_lrs
+    assert (big, small) == (6, 2) and big_peak > small_peak and plan.peak_lr == big_peak
+    assert any("a host of 6" in line and "a host of 2" in line for line in plan.lines())
+    assert main(["plan", "--host-sizes", "6,2", "--mode", "async", "--hierarchical-sgd",
+                 "--batch-size", "32", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["workers"], printed["hosts"], printed["host_peak_lrs"]) == \
+        (8, 2, [[6, big_peak], [2, small_peak]])
+    # Hosts of one size train at one rate.
+    assert settle(load_config(None, dict(mode="async", hierarchical_sgd=True)),
+                  Job(8, 2)).host_peak_lrs == ()
+
+
+def test_the_train_side_job_names_unequal_hosts_from_horovodruns_host_sizes():
+    from hvdtrain.training.runner import _unequal_host_sizes
+
+    assert _unequal_host_sizes({"HVDTRAIN_HOST_SIZES": "6,2"}, 8, 2) == (6, 2)
+    assert _unequal_host_sizes({"HVDTRAIN_HOST_SIZES": "4,4"}, 8, 2) == ()
+    assert _unequal_host_sizes({"HVDTRAIN_HOST_SIZES": "6,2"}, 7, 2) == ()  # resized since
+    assert _unequal_host_sizes({}, 8, 2) == ()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--host-sizes", "6,2", "--workers", "7"], "--workers 7 but --host-sizes 6,2 makes 8"),
+    (["--host-sizes", "6,2", "--slots", "3"], "--host-sizes gives each host's workers"),
+    (["--host-sizes", "6,x"], "--host-sizes must be positive integers"),
+])
+def test_a_bad_host_sizes_request_is_one_line(argv, message, capsys):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

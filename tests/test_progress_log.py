@@ -83,7 +83,7 @@ def test_log_every_zero_leaves_the_callback_out():
         cfg = load_config(None, {"log_every": log_every, "step_timeout": 0})
         progress = TrainingProgress(epoch_examples=640)
         checkpointer = make_checkpointer(cfg, tmp, state=None, progress=progress,
-                                         saves=save_plan(cfg), start_time=0.0)
+                                         saves=save_plan(cfg))
         callbacks = get_callbacks(cfg, tmp, 0.0, progress, state_sync=None,
                                   checkpointer=checkpointer)
         return [type(c).__name__ for c in callbacks.chief_only]

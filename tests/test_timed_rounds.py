@@ -101,11 +101,11 @@ def test_a_timed_runs_summary_records_its_period_in_seconds_and_no_step_period()
         {"sync_seconds": 5.0}
     assert round_schedule(load_config(None, dict(mode="local", n_sync=7)), 4, 1) == {"n_sync": 7}
     assert round_schedule(load_config(None, dict(mode="sync")), 4, 1) == {"n_sync": 1}
-    from hvdtrain.optimizer_choice import settled
+    from hvdtrain.plan import Job, settle
 
     default = load_config(None, dict(mode="local")).resolved()
-    assert round_schedule(settled(default, 8), 8, 1) == {"n_sync": 2}  # the default (SGD)
-    assert round_schedule(settled(default, 32), 32, 1) == {"n_sync": 1}  # on LAMB, at 2,048
+    assert round_schedule(settle(default, Job(8)).config, 8, 1) == {"n_sync": 2}  # SGD's
+    assert round_schedule(settle(default, Job(32)).config, 32, 1) == {"n_sync": 1}  # LAMB's
     # A period by rule: the summary gives the steps it came to, and the rule.
     per_worker = dict(mode="local", n_sync="40/workers:5")
     assert round_schedule(load_config(None, per_worker).resolved(), 32, 1) == \

@@ -250,7 +250,7 @@ def _setups(args, cfg) -> list[dict]:
 def _round_compressions(text: str | None, fp16_allreduce: bool) -> list[str | None]:
     """--round-compression's values, each once. [None] when not given: each setup's run
     takes its mode's default from the config (`TrainConfig.resolved`), as `hvdtrain train`
-    does, and the job records what that was (`throughput.settled`)."""
+    does, and the job records what that was (`throughput.as_planned`)."""
     if text is None:
         return [None]
     # As `hvdtrain train` sends them: --fp16-allreduce's uncompressed rounds go as fp16.

@@ -154,7 +154,16 @@ def _row(setting: str, members: list[dict]) -> dict:
     return {**row, "test_accuracy_mean": mean, "test_accuracy_ci95": half,
             "test_accuracy_min": min(accuracy),
             "bytes_per_worker": _mean(s.get("bytes_allreduced", 0) for s in done),
-            "wall_seconds": _mean(s.get("wall_seconds", 0.0) for s in done)}
+            "wall_seconds": _mean(map(_run_seconds, done))}
+
+
+def _run_seconds(summary: dict) -> float:
+    """The run's time training and evaluating, every process's (a resumed run's part
+    before its stop too, the stop itself not); a summary written before it kept them
+    gives its wall time."""
+    if "train_seconds" in summary:
+        return summary["train_seconds"] + summary.get("eval_seconds", 0.0)
+    return summary.get("wall_seconds", 0.0)
 
 
 def _mean(values) -> float:

@@ -41,6 +41,7 @@ from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
                              parse_choice_list, parse_int_list, refused_in)
 from hvdtrain.config_options import add_config_options, add_train_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
+from hvdtrain.plan import Job, settle
 from hvdtrain.rounds.periods import PeriodError, parse_period, period_label
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
@@ -253,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
     if set(starts) & set(WARM_START_OF) and args.warm_start_steps <= 0:
         raise ConfigError(f"--warm-start-steps must be positive for a warm or single start, "
                           f"got {args.warm_start_steps}")
-    check_runs(runs, base, args.warm_start_steps, args.out)
+    check_runs(runs, base, args.warm_start_steps, args.out,
+               args.slots if args.hosts is not None else None)
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     base_path = os.path.join(args.out, "base.yaml")
     files.atomic_write(base_path, base.save_yaml)
@@ -265,10 +267,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_runs(runs: list[GridRun], base: TrainConfig, warm_start_steps: int, out: str) -> None:
+def check_runs(runs: list[GridRun], base: TrainConfig, warm_start_steps: int, out: str,
+               slots: int | None = None) -> None:
     """Load every run's config as its own `hvdtrain train` will (base.yaml, then its grid
-    options), before the first trains: a shared option that a run's mode refuses is
-    refused now, in one line naming the run, not after hours of the runs before it.
+    options) and settle its plan for its job (`hvdtrain.plan.settle`), before the first
+    trains: a shared option that a run's mode refuses, or that its job's size does (a warm
+    start as long as the run at the most workers), is refused now, in one line naming the
+    run, not after hours of the runs before it.
 
     Such options are not put back per run, as sync runs put back the local runs' own
     (`_grid_options`): sync is the reference every sweep has, while --no-epoch-rounds,
@@ -276,13 +281,17 @@ def check_runs(runs: list[GridRun], base: TrainConfig, warm_start_steps: int, ou
     with, and quietly leaving them out of the async or hierarchical runs would make the
     sweep compare more than the mode. The user chooses: drop the option or the mode."""
     parser = train_parser()
+    epoch_examples = _epoch_counter(base) if warm_start_steps > 0 and any(
+        run.start in WARM_START_OF for run in runs) else None
     with tempfile.TemporaryDirectory(prefix="hvdtrain-sweep-") as folder:
         base_path = os.path.join(folder, "base.yaml")  # nothing in --out before all pass
         base.save_yaml(base_path)
         for grid_run in runs:
             try:
-                run_config(parser, grid_run, base_path, warm_start_steps,
-                           os.path.join(out, "runs", grid_run.run_name))
+                cfg = run_config(parser, grid_run, base_path, warm_start_steps,
+                                 os.path.join(out, "runs", grid_run.run_name))
+                job = _job_of(grid_run, slots)
+                settle(cfg, job, epoch_examples=epoch_examples and epoch_examples(cfg, job))
             except ConfigError as exc:
                 raise _refused(grid_run, exc) from None
 
@@ -317,6 +326,36 @@ def run_config(parser: argparse.ArgumentParser, grid_run: GridRun, base_path: st
     (`train_parser`) as that command parses it."""
     words = train_argv(grid_run, base_path, warm_start_steps, run_dir)[1:]  # after `train`
     return config_of(parser.parse_args(words))
+
+
+def _job_of(grid_run: GridRun, slots: int | None) -> Job:
+    """The job a run trains on, as the grid counts its hosts (`_local_runs`)."""
+    hierarchical = grid_run.mode in HIERARCHICAL_OF and grid_run.n_sync is not None
+    return Job(grid_run.workers,
+               math.ceil(grid_run.workers / slots) if hierarchical and slots else 1)
+
+
+def _epoch_counter(base: TrainConfig):
+    """How many examples a run's epoch holds at a job's size, from the training set's
+    size read once here as the runs will read it (TensorFlow's import, once per sweep
+    with a warm start); None when the size is known only by reading every record, or
+    the data cannot be read here (each run then says why)."""
+    from hvdtrain.config import parse_shape
+    from hvdtrain.data import load_dataset
+    from hvdtrain.progress import epoch_length
+
+    try:
+        data = load_dataset(base.dataset, base.data_dir, parse_shape(base.synthetic_shape),
+                            seed=base.seed, image_size=base.image_size)
+        if base.train_examples is not None:
+            data.limit_train(base.train_examples)
+    except HvdtrainError:
+        return None
+    if not (data.endless or data.size_is_cheap) or (data.endless and not base.steps_per_epoch):
+        return None
+    size = None if data.endless else data.num_train
+    return lambda cfg, job: epoch_length(size, cfg.steps_per_epoch,
+                                         cfg.batch_size * job.workers)
 
 
 def _train_or_skip(args: argparse.Namespace, grid_run: GridRun, number: int, count: int,

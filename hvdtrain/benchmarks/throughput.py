@@ -64,7 +64,7 @@ class Setup:
     hierarchical: bool = False  # local modes: gradients averaged every step inside a host
     round_fragments: int = 1  # local modes: a round averages one of this many fragments
     # Local modes: how a round travels (ROUND_COMPRESSIONS); None: the mode's default as
-    # `hvdtrain train` resolves it, made concrete by `settled` before it is measured.
+    # `hvdtrain train` resolves it, made concrete by `as_planned` before it is measured.
     round_compression: str | None = None
     optimizer: str = BENCH_OPTIMIZER  # the inner optimizer (the horovod reference's is SGD)
 
@@ -102,7 +102,7 @@ def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
         hierarchical_sgd=setup.hierarchical, pin_cores=pin_cores, out=out))
 
 
-def settled(setup: Setup, workers: int) -> Setup:
+def as_planned(setup: Setup, workers: int) -> Setup:
     """`setup` as a job of `workers` trains it: the optimizer and round compression of its
     run's settled plan (`hvdtrain.plan.settle`, as the runner trains by it), so that its
     row and label say what was timed. A compression left to the mode comes from the config
@@ -132,11 +132,11 @@ def _gradient_exchange(model: keras.Model, fp16: bool):
 def measure(setup: Setup, pin_cores: bool = False) -> dict:
     """Train `setup` on every worker of this job (started by `start_job` with the same
     `pin_cores`); the row of results, on every worker, naming the optimizer and round
-    compression it trained with (`settled`)."""
+    compression it trained with (`as_planned`)."""
     from hvdtrain.training.runner import train
 
     keras.backend.clear_session()
-    setup = settled(setup, comm.size())
+    setup = as_planned(setup, comm.size())
     steps = rounded_steps(setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
     total_steps = setup.warmup_steps + steps
     timer = StepTimer(setup.warmup_steps)

@@ -3,8 +3,9 @@ reach a target test accuracy, and its test accuracy against wall time.
 
 A run's points are the evaluations within epochs that `--eval-every` writes to
 metrics.jsonl (`"eval": true`), then the final evaluation in summary.json. Time is
-`train_seconds`: wall time since the run started, less the time spent evaluating, so
-evaluating more often does not make a run look slower. The same for every run, as
+`train_seconds`: wall time the run trained, less the time spent evaluating, so
+evaluating more often does not make a run look slower; a resumed run's counts what it
+trained before its stop. The same for every run, as
 DAWNBench and MLPerf report the time to a fixed target rather than a throughput.
 """
 
@@ -36,10 +37,19 @@ def accuracy_points(metrics_lines: list[dict], summary: dict | None) -> list[Acc
               for r in metrics_lines if r.get("eval")]
     if summary is not None and "test_accuracy" in summary:
         points.append(AccuracyPoint(
-            float(summary["wall_seconds"]) - float(summary.get("eval_seconds", 0.0)),
+            trained_seconds(summary),
             int(summary["examples_trained"]), int(summary["bytes_allreduced"]),
             float(summary["test_accuracy"])))
     return points
+
+
+def trained_seconds(summary: dict) -> float:
+    """The run's training seconds, every process's, from its summary.json; a summary
+    written before it kept them gave its wall time, its clock moved back at a resume by
+    the seconds trained before, with its evaluations in it."""
+    if "train_seconds" in summary:
+        return float(summary["train_seconds"])
+    return float(summary["wall_seconds"]) - float(summary.get("eval_seconds", 0.0))
 
 
 def first_reaching(points: list[AccuracyPoint], target: float) -> AccuracyPoint | None:

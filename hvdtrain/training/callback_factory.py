@@ -98,6 +98,6 @@ def get_callbacks(cfg: TrainConfig, run_dir: str, start_time: float, progress: T
 
 
 def make_checkpointer(cfg: TrainConfig, run_dir: str, state, progress: TrainingProgress,
-                      saves: SavePlan, start_time: float) -> Checkpointer:
+                      saves: SavePlan) -> Checkpointer:
     store = CheckpointStore(os.path.join(run_dir, run_folder.CHECKPOINTS), cfg.keep_checkpoints)
-    return Checkpointer(store, state, saves, progress, cfg.batch_size, start_time)
+    return Checkpointer(store, state, saves, progress, cfg.batch_size)

@@ -147,8 +147,9 @@ class MetricsLog(keras.callbacks.Callback):
             step=self.progress.steps,
             examples=self.progress.examples,
             lr=float(current_learning_rate(self.model.optimizer).numpy()),
+            # This process's wall clock; the run's training seconds, every process's.
             wall_seconds=time.time() - self.start_time,
-            train_seconds=time.time() - self.start_time - self.progress.eval_seconds,
+            train_seconds=self.progress.trained_seconds(),
             workers=comm.size(),
             steps_per_worker=self.progress.steps_by_worker(comm.size()),
         )
@@ -301,11 +302,8 @@ class Checkpointer(keras.callbacks.Callback):
     """
 
     def __init__(self, store: CheckpointStore, state: tf.train.Checkpoint, saves: SavePlan,
-                 progress: TrainingProgress, batch_size: int, start_time: float = None):
+                 progress: TrainingProgress, batch_size: int):
         super().__init__()
-        # The run's clock origin (`time.time()`), moved back by a resumed run's earlier
-        # training seconds: what a checkpoint records as trained so far.
-        self.start_time = time.time() if start_time is None else start_time
         self.store = store
         self.state = state
         self.saves = saves
@@ -318,9 +316,9 @@ class Checkpointer(keras.callbacks.Callback):
         if not all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in self.model.weights):
             raise TrainingDiverged(f"weights are not finite at step {step}; not saving. "
                                    f"Last good checkpoint: {self.store.newest() or 'none'}")
-        trained = time.time() - self.start_time - self.progress.eval_seconds
+        # The progress's seconds (trained, evaluated) are the run's so far, kept with it.
         self.store.save(self.state, SavedProgress(
-            TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size, trained))
+            TrainingProgress(**self.progress.saved()), comm.size(), self.batch_size))
         self._points.saved()
 
     def on_train_begin(self, logs=None):

@@ -20,13 +20,15 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-
-import tensorflow as tf
+from typing import TYPE_CHECKING
 
 from hvdtrain.errors import ConfigError
 from hvdtrain.files import usual_mode
 from hvdtrain.progress import TrainingProgress
 from hvdtrain.training import run_folder
+
+if TYPE_CHECKING:  # reading and verifying checkpoints needs no TensorFlow (`hvdtrain plan`)
+    import tensorflow as tf
 
 
 STATE_PREFIX = "state"
@@ -38,29 +40,25 @@ _NAME = re.compile(r"^step-(\d{9})$")
 class SavedProgress:
     """Where training stood when a checkpoint was written, and with how many workers."""
 
+    # Its seconds trained and evaluated are the run's so far, every process's (0 in
+    # checkpoints written before they were kept): a resumed run's count goes on from them.
     progress: TrainingProgress
     workers: int
     batch_size: int
-    # Seconds the run had trained (wall time less evaluations, every process before this
-    # one's included): a resumed run's clock goes on from here, so its time to a target
-    # counts the time before the stop (0 in checkpoints written before it was kept).
-    train_seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {**self.progress.saved(), "workers": self.workers, "batch_size": self.batch_size,
-                "train_seconds": self.train_seconds}
+        return {**self.progress.saved(), "workers": self.workers, "batch_size": self.batch_size}
 
     @classmethod
     def from_json(cls, meta: dict) -> "SavedProgress":
         meta = dict(meta)
         workers, batch_size = meta.pop("workers"), meta.pop("batch_size")
-        train_seconds = float(meta.pop("train_seconds", 0.0))
         if "step" in meta:  # written before progress was counted in examples
             global_batch = workers * batch_size
             meta = {"epoch_examples": meta["steps_per_epoch"] * global_batch,
                     "examples": meta["step"] * global_batch, "steps": meta["step"],
                     "averaging_rounds": meta.get("sync_count", 0)}
-        return cls(TrainingProgress(**meta), int(workers), int(batch_size), train_seconds)
+        return cls(TrainingProgress(**meta), int(workers), int(batch_size))
 
 
 def _step_of(path: str) -> int:
@@ -204,6 +202,8 @@ def restore(state: tf.train.Checkpoint, path: str) -> None:
     """Load a checkpoint into already-built variables; every saved value must find its
     variable. One that does not fit (another model, another optimizer's slots) is a
     ConfigError naming the checkpoint, not TensorFlow's traceback."""
+    import tensorflow as tf
+
     try:
         status = state.read(os.path.join(path, STATE_PREFIX))
         status.assert_existing_objects_matched()

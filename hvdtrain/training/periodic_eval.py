@@ -8,8 +8,9 @@ Rank 0 appends a line to metrics.jsonl with `"eval": true`.
 
 The time spent evaluating (here and in Keras's validation after each epoch) is added to
 `TrainingProgress.eval_seconds`, so `train_seconds` in the line is the wall time that
-training alone took: what time to accuracy should compare. The consensus round counts
-as training: it moves the model like any other round.
+training alone took, every process of the run's (a resumed run's goes on from its
+checkpoint's): what time to accuracy should compare. `wall_seconds` is this process's.
+The consensus round counts as training: it moves the model like any other round.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
                 "epoch": progress.examples / progress.epoch_examples
                 if progress.epoch_examples else None,
                 "test_accuracy": accuracy, "test_loss": loss,
-                "wall_seconds": wall, "train_seconds": wall - progress.eval_seconds,
+                "wall_seconds": wall, "train_seconds": progress.trained_seconds(),
                 "bytes_allreduced": allreduced_bytes(self.model, progress, self.fp16_allreduce),
                 "averaging_rounds": progress.averaging_rounds,
                 "n_sync": self.state_sync.period, "workers": comm.size()}

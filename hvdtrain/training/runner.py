@@ -23,8 +23,9 @@ from hvdtrain.config import TrainConfig, parse_shape
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.errors import ConfigError, PeerLostError
 from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
-from hvdtrain.optimizer_choice import AUTO, settled, took_lamb_notice
-from hvdtrain.plan import RunPlan, settle
+from hvdtrain.machine.host_layout import HOST_SIZES
+from hvdtrain.optimizer_choice import AUTO, took_lamb_notice
+from hvdtrain.plan import Job, RunPlan, settle
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
 from hvdtrain.training import run_folder
 from hvdtrain.rounds.save_plan import SavePlan
@@ -32,9 +33,9 @@ from hvdtrain.training.build import (checkpoint_state, compiled_model, elastic_v
                                      save_plan, state_callback, use_world)
 from hvdtrain.training.callback_factory import RunCallbacks, get_callbacks, make_checkpointer
 from hvdtrain.training.evaluation import EVAL_BATCH, evaluate, first_part, naming_bad_input
-from hvdtrain.training.resume import (Job, ResumePlan, load_initial_weights,
-                                      on_chief, plan_resume, restore_on_chief)
-from hvdtrain.training.saved_run import kept_notice
+from hvdtrain.training.resume import load_initial_weights, on_chief, restore_on_chief
+from hvdtrain.training.saved_run import (SavedRun, kept_notice, read_saved_config,
+                                         read_saved_run)
 from hvdtrain.training.start import StartedWorker, start_worker
 from hvdtrain.training.summary import run_summary
 from hvdtrain.training.world import (World, current_world,
@@ -76,11 +77,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     """Run `cfg` on every worker; `extra_callbacks` go after hvdtrain's own, on every rank."""
     cfg = cfg.resolved()
     started = start_worker(cfg)  # `hvdtrain train` started it already, before TensorFlow
-    if cfg.elastic:  # a worker that joins later must take what the others took, on its own
-        cfg = settled(cfg, comm.size())
-    cfg, plan, start = _run_folder_and_plan(cfg, time.time())
-    if plan.saved is not None:  # the run's clock goes on: its time to a target counts it
-        start -= plan.saved.train_seconds
+    cfg, plan, start = _run_folder_and_saved_run(cfg, time.time())
     run_plan = _settled_plan(cfg, plan)
     cfg = run_plan.config
     data = _training_data(cfg)
@@ -94,9 +91,10 @@ def train(cfg: TrainConfig, verbose: int | None = None,
             else:
                 with naming_a_lost_peer(run):
                     _fit(run, verbose)
-            train_seconds = time.time() - start
+            ended = time.time()  # training's end: the final evaluation is timed apart
             test_loss, test_accuracy = _final_evaluation(run)
-        return _finish(run, train_seconds, test_loss, test_accuracy)
+        return _finish(run, ended - start, run.progress.trained_seconds(ended), test_loss,
+                       test_accuracy)
 
 
 def _final_evaluation(run: Run) -> tuple[float, float]:
@@ -127,9 +125,10 @@ def naming_a_lost_peer(run: Run) -> Iterator[None]:
         ) from None
 
 
-def _run_folder_and_plan(cfg: TrainConfig,
-                         start: float) -> tuple[TrainConfig, ResumePlan, float]:
-    """The run folder, the resume plan and the job's start time, all rank 0's.
+def _run_folder_and_saved_run(cfg: TrainConfig,
+                              start: float) -> tuple[TrainConfig, SavedRun, float]:
+    """The run folder, what the run starts from (`saved_run.read_saved_run`) and the job's
+    start time, all rank 0's.
 
     The workers' processes start up to a second apart: timed from rank 0's start, every
     worker's step times share one origin, so a log that merges them (StepLog with timed
@@ -137,24 +136,27 @@ def _run_folder_and_plan(cfg: TrainConfig,
     """
     if cfg.elastic:
         # A worker that joins later runs `train` from the top while the others are inside
-        # the elastic loop, so nothing before that loop may be a collective call.
-        return cfg, plan_resume(cfg, _job()) if comm.is_chief() else ResumePlan(), start
+        # the elastic loop, so nothing before that loop may be a collective call: each
+        # worker reads what settles the plan on its own (`read_saved_config`), so each
+        # settles the same plan and refuses the same options; rank 0 alone reads the
+        # checkpoint, since a later worker would find the run's own folder changed.
+        return cfg, read_saved_run(cfg) if comm.is_chief() else read_saved_config(cfg), start
     run_dir, start = comm.broadcast_object(
         (cfg.out or run_folder.default_run_dir(cfg.model, cfg.mode), start), name="run_dir")
     cfg = replace(cfg, out=run_dir)
-    return cfg, on_chief(lambda: plan_resume(cfg, _job()), name="resume_plan"), start
+    return cfg, on_chief(lambda: read_saved_run(cfg), name="saved_run"), start
 
 
-def _settled_plan(cfg: TrainConfig, resumed: ResumePlan) -> RunPlan:
-    """The run's plan (`hvdtrain.plan`) for the workers running now: `--optimizer auto`'s
-    choice, or the saved run's, and the saved options it keeps over this command's
-    defaults. Rank 0 says what it kept, what auto took, and the plan's lines."""
-    run_plan = settle(cfg, _job(), resumed.optimizer, resumed.kept)
+def _settled_plan(cfg: TrainConfig, saved: SavedRun) -> RunPlan:
+    """The run's plan (`hvdtrain.plan.settle`) for the workers running now, settled alike
+    on every worker, which so all refuse what it refuses. Rank 0 says what the run kept
+    from its saved run, what auto took, and the plan's lines."""
+    run_plan = settle(cfg, _job(), saved)
     if comm.is_chief():
-        if resumed.kept:
-            print(kept_notice(cfg, resumed.kept, resumed.optimizer), flush=True)
+        if run_plan.kept:
+            print(kept_notice(run_plan.config, run_plan.kept), flush=True)
         if cfg.optimizer == AUTO and run_plan.config.optimizer == "lamb" \
-                and resumed.optimizer is None:
+                and saved.config is None and saved.source_optimizer is None:
             print(took_lamb_notice(cfg.mode, run_plan.global_batch), flush=True)
         for line in run_plan.lines():
             print(f"hvdtrain: plan: {line}", flush=True)
@@ -162,7 +164,21 @@ def _settled_plan(cfg: TrainConfig, resumed: ResumePlan) -> RunPlan:
 
 
 def _job() -> Job:
-    return Job(comm.size(), comm.host_count())
+    """The job running now, as its plan counts it: each host's workers too where
+    hvdtrain's horovodrun says they differ (each host scales its own rate)."""
+    workers, hosts = comm.size(), comm.host_count()
+    return Job(workers, hosts, _unequal_host_sizes(os.environ, workers, hosts))
+
+
+def _unequal_host_sizes(env, workers: int, hosts: int) -> tuple[int, ...]:
+    """Each host's workers from hvdtrain's horovodrun (`HOST_SIZES`), when they differ
+    and still describe this job (an elastic job's environment is its first launch's)."""
+    try:
+        sizes = tuple(int(size) for size in env[HOST_SIZES].split(","))
+    except (KeyError, ValueError):
+        return ()
+    return sizes if len(set(sizes)) > 1 and (len(sizes), sum(sizes)) == (hosts, workers) \
+        else ()
 
 
 def _training_data(cfg: TrainConfig) -> DataSource:
@@ -188,19 +204,20 @@ def _num_train(cfg: TrainConfig, data: DataSource) -> int | None:
     return data.num_train
 
 
-def _prepare(cfg: TrainConfig, data: DataSource, plan: ResumePlan, started: StartedWorker,
+def _prepare(cfg: TrainConfig, data: DataSource, plan: SavedRun, started: StartedWorker,
              start: float, extra_callbacks, run_plan: RunPlan) -> Run:
     """Build the model and callbacks, and restore or initialise the state."""
     if plan.saved is not None:
         progress = TrainingProgress(**plan.saved.progress.saved())
     else:
         progress = TrainingProgress(epoch_examples_for(cfg, data, _num_train(cfg, data)))
+    progress.start_clock(start)  # its seconds go on from the checkpoint's
     world = current_world(cfg, progress)
     model = compiled_model(cfg, data, world, started.devices)
     saves = save_plan(cfg)
     state_sync = state_callback(cfg, model, progress, saves)
     state = checkpoint_state(model, state_sync)
-    checkpointer = make_checkpointer(cfg, cfg.out, state, progress, saves, start)
+    checkpointer = make_checkpointer(cfg, cfg.out, state, progress, saves)
     callbacks = get_callbacks(cfg, cfg.out, start, progress, state_sync, checkpointer,
                               extra_callbacks, lambda: _eval_data(cfg, data),
                               classes=data.num_classes,
@@ -303,17 +320,18 @@ def _fit_elastically(run: Run, verbose: int | None) -> None:
     fit_with_current_workers(elastic_state)
 
 
-def _finish(run: Run, train_seconds: float, test_loss: float, test_accuracy: float) -> RunResult:
+def _finish(run: Run, wall_seconds: float, train_seconds: float, test_loss: float,
+            test_accuracy: float) -> RunResult:
     cfg, world = run.cfg, run.world
     summary = run_summary(cfg, world, run.model, run.progress,
                           run.callbacks.throughput.images_per_sec, run.history,
-                          run.resumed_from_step, train_seconds, test_loss, test_accuracy,
-                          run.cores_per_worker)
+                          run.resumed_from_step, (wall_seconds, train_seconds), test_loss,
+                          test_accuracy, run.cores_per_worker)
     if comm.is_chief():
         files.atomic_write(os.path.join(cfg.out, run_folder.FINAL_WEIGHTS), run.model.save_weights)
         files.write_json(os.path.join(cfg.out, run_folder.SUMMARY), summary)
         print(f"hvdtrain: test accuracy {test_accuracy:.4f} (loss {test_loss:.4f}) | "
               f"{summary['images_per_sec']:.0f} images/sec on {world.workers} worker(s) | "
-              f"{train_seconds:.1f} s | run folder: {cfg.out}", flush=True)
+              f"{wall_seconds:.1f} s | run folder: {cfg.out}", flush=True)
     return RunResult(run.model, summary, run.history, cfg.out,
                      run.data.shard(world.rank, world.workers), run.state_sync.averager)

@@ -59,17 +59,24 @@ def allreduced_bytes(model: keras.Model, progress: TrainingProgress, fp16: bool)
 
 def run_summary(cfg: TrainConfig, world: World, model: keras.Model, progress: TrainingProgress,
                 images_per_sec: float, history: dict[str, list[float]], resumed_from_step: int,
-                train_seconds: float, test_loss: float, test_accuracy: float,
+                seconds: tuple[float, float], test_loss: float, test_accuracy: float,
                 cores_per_worker: float) -> dict[str, Any]:
-    """The summary of a run, from this worker's counts."""
+    """The summary of a run, from this worker's counts; `seconds`: this process's wall
+    time to the end of training, and the run's training seconds then."""
+    wall_seconds, train_seconds = seconds
     gradient_steps = int(model.optimizer.averaged_steps.numpy())
     return {
         "test_accuracy": test_accuracy,
         "test_loss": test_loss,
         # The job's rate, which the workers agreed on at every epoch end (ThroughputMeter).
         "images_per_sec": images_per_sec,
-        "wall_seconds": train_seconds,
-        # Of which evaluating: Keras's after each epoch and --eval-every's within them.
+        # This process's wall time from its start to training's end (a resumed run's
+        # counts from its resume), the final evaluation left out.
+        "wall_seconds": wall_seconds,
+        # The run's, every process's: training, and evaluating within it (Keras's after
+        # each epoch, --eval-every's within them). A run that never stopped took their sum
+        # as its wall time.
+        "train_seconds": train_seconds,
         "eval_seconds": progress.eval_seconds,
         "workers": world.workers,
         "mode": cfg.mode,

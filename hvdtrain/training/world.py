@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from hvdtrain import comm
 from hvdtrain.config import LOCAL_MODES, TrainConfig
 from hvdtrain.data import DataSource, steps_per_epoch
-from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import AUTO
+from hvdtrain.plan import Job, check_length
 from hvdtrain.progress import TrainingProgress, epoch_length
 from hvdtrain.schedules import ScheduleSpec, lr_scaling_workers, schedule_in_examples
 
@@ -53,8 +53,5 @@ def epoch_examples_for(cfg: TrainConfig, data: DataSource, num_train: int | None
     if num_train is not None:
         steps_per_epoch(num_train, workers, cfg.batch_size)  # a batch must fit in a shard
     examples = epoch_length(num_train, cfg.steps_per_epoch, cfg.batch_size * workers)
-    total_steps = cfg.epochs * examples // (cfg.batch_size * workers)
-    if cfg.mode in LOCAL_MODES and cfg.warm_start_steps >= total_steps:
-        raise ConfigError(f"--warm-start-steps {cfg.warm_start_steps} leaves no local steps "
-                          f"in a run of {total_steps} steps")
+    check_length(cfg, Job(workers, comm.host_count()), examples)  # the plan's rule
     return examples
