@@ -14,6 +14,7 @@ import yaml
 from hvdtrain.benchmarks import experiments
 from hvdtrain.benchmarks.experiments import GridRun, _failure, grid, saved_round_form
 from hvdtrain.config import TrainConfig, load_config
+from hvdtrain.errors import ConfigError
 from hvdtrain.benchmarks.learning_curves import (Curve, load_curve, panels, plot_runs,
                                                  run_folders, smoothed_rows, thinned)
 from hvdtrain.cli import build_parser, main
@@ -39,6 +40,29 @@ def test_async_runs_join_the_grid_with_their_own_names():
     assert runs[2].train_options(500) == ["--mode", "async", "--n-sync", "50"]
     curve = Curve("w2-async-n50-cold", 2, "async", 50, 0)
     assert curve.label == "2 workers, async, n_sync 50"
+
+
+def test_periods_that_differ_only_in_their_colons_get_run_folders_of_their_own():
+    periods = experiments.parse_period_list("link:15,link:1:5,qsr:1:15,qsr:11:5")
+    assert [r.name for r in grid([8], periods, ["cold"])] == [
+        "w8-nlink-cold", "w8-nlink1-5-cold", "w8-nqsr1-15-cold", "w8-nqsr11-5-cold"]
+
+
+def test_a_sweep_refuses_two_runs_of_one_folder_before_any_trains(tmp_path):
+    """One period spelt twice would be one run folder: the sweep would train the first and
+    give the second its results."""
+    from hvdtrain.benchmarks.experiments import check_runs
+
+    base = load_config(None, {"mode": "local"})
+    for periods, mode, folder in ((["link", "link:15"], "local", "w4-nlink-cold"),
+                                  ([10, "link:15", "auto", "link:15:8"], "local", "w4-nlink-cold"),
+                                  (["auto", "auto:32"], "async", "w4-async-nauto-cold")):
+        runs = grid([4], periods, ["cold"], (mode,))
+        with pytest.raises(ConfigError, match=rf"^sweep runs of --n-sync \S+ and \S+ would "
+                                              rf"share the run folder runs/{folder}: they are "
+                                              rf"one period, give it once; nothing has trained$"):
+            check_runs(runs, base, 50, str(tmp_path / "sweep"))
+    assert not (tmp_path / "sweep").exists()
 
 
 def _run_folder(path, config: dict, summary: dict):

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from hvdtrain.errors import ConfigError
-from hvdtrain.rounds.periods import AutoPeriod, PeriodError, job_size, resolve_period
+from hvdtrain.rounds.periods import (AutoPeriod, PeriodError, job_size, parse_period, period_name,
+                                     resolve_period)
 
 
 @pytest.mark.parametrize("spec, workers, hosts, steps", [
@@ -39,6 +40,24 @@ def test_a_bad_period_raises_its_own_error_which_names_no_flag(spec):
     assert isinstance(bad.value, ConfigError) and isinstance(bad.value, ValueError)
     assert str(bad.value).startswith(f"a period must be a positive integer, got {spec!r}")
     assert "--" not in str(bad.value)
+
+
+SPELLINGS = ["10", "auto", "auto:32", "auto:48", "qsr", "qsr:2", "qsr:1", "qsr:1:1.5",
+             "qsr:1:15", "qsr:11:5", "qsr:4:.5", "link", "link:15", "link:15:8", "link:1:5",
+             "link:15:4", "link:20", "40/workers", "40/workers:5", "40/hosts", "4/workers"]
+
+
+def test_a_period_has_one_name_and_a_name_one_period():
+    """Run folders are named by period: two periods with one name would share a folder."""
+    names = {}
+    for spec in SPELLINGS:
+        names.setdefault(period_name(spec), set()).add(parse_period(spec))
+    assert all(len(periods) == 1 for periods in names.values()), names
+    assert len(names) == len({parse_period(spec) for spec in SPELLINGS})
+    assert [period_name(s) for s in ("link:15", "link:1:5", "qsr:1:15", "qsr:11:5")] == [
+        "link", "link1-5", "qsr1-15", "qsr11-5"]
+    assert [period_name(s) for s in (10, "auto", "auto:48", "qsr:1", "link:20")] == [
+        "10", "auto", "auto48", "qsr1", "link20"]  # the names sweeps have always given them
 
 
 def test_messages_name_the_job_a_period_was_resolved_for():

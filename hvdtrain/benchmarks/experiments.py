@@ -42,7 +42,7 @@ from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
 from hvdtrain.config_options import add_config_options, add_train_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.plan import Job, settle
-from hvdtrain.rounds.periods import PeriodError, parse_period, period_label
+from hvdtrain.rounds.periods import PeriodError, parse_period, period_label, period_name
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder
@@ -137,8 +137,8 @@ def _local_runs(count: int, n_syncs: list, starts: list[str], mode: str,
     runs = []
     for n_sync in periods_for(n_syncs, count, hosts):
         for start in dict.fromkeys(starts):
-            period = str(n_sync).replace(":", "")  # auto:48 -> auto48 in a name
-            runs.append(GridRun(f"w{count}-{tag}n{period}-{start}", count, n_sync, start, mode))
+            runs.append(GridRun(f"w{count}-{tag}n{period_name(n_sync)}-{start}", count, n_sync,
+                                start, mode))
     return runs
 
 
@@ -280,6 +280,7 @@ def check_runs(runs: list[GridRun], base: TrainConfig, warm_start_steps: int, ou
     --rescale-rounds or an outer optimizer are what a user asked the local runs to train
     with, and quietly leaving them out of the async or hierarchical runs would make the
     sweep compare more than the mode. The user chooses: drop the option or the mode."""
+    _check_distinct_folders(runs)
     parser = train_parser()
     epoch_examples = _epoch_counter(base) if warm_start_steps > 0 and any(
         run.start in WARM_START_OF for run in runs) else None
@@ -294,6 +295,19 @@ def check_runs(runs: list[GridRun], base: TrainConfig, warm_start_steps: int, ou
                 settle(cfg, job, epoch_examples=epoch_examples and epoch_examples(cfg, job))
             except ConfigError as exc:
                 raise _refused(grid_run, exc) from None
+
+
+def _check_distinct_folders(runs: list[GridRun]) -> None:
+    """Two runs of one folder would be one run: the sweep would train the first, find the
+    second finished, and give it the first's results. Periods are named one name each
+    (`period_name`), so only one period spelt twice (link and link:15) gets here."""
+    first_of: dict[str, GridRun] = {}
+    for run in runs:
+        first = first_of.setdefault(run.run_name, run)
+        if first is not run:
+            raise ConfigError(f"sweep runs of --n-sync {first.n_sync} and {run.n_sync} would "
+                              f"share the run folder runs/{run.run_name}: they are one "
+                              f"period, give it once; nothing has trained")
 
 
 def _refused(grid_run: GridRun, exc: ConfigError) -> ConfigError:

@@ -182,6 +182,34 @@ def period_label(spec: Any, workers: int, hosts: int) -> int | str:
     return period if isinstance(period, int) else str(spec)
 
 
+def period_name(spec: Any) -> str:
+    """How a run folder's name says a period: one name per period, and one period per name.
+    Its shortest spelling, with the word and its first number run together and "-"
+    between numbers: 10, auto, auto48, qsr1, qsr1-1.5, link20, link1-5, 40workers-5.
+    "link:1:5" is link1-5 and "link:15" is link (15% is the default share), so the two
+    never meet in one name; "auto" and "auto:32" are one period, and one name."""
+    period = parse_period(spec)
+    if isinstance(period, int):
+        return str(period)
+    if isinstance(period, PerWorkerPeriod):
+        return _named(f"{period.worker_steps}{period.per}", (period.minimum,), (1,), first="-")
+    if isinstance(period, AutoPeriod):
+        return _named("auto", (period.initial,), (AUTO_INITIAL_PERIOD,))
+    if isinstance(period, QuadraticPeriod):
+        return _named("qsr", (period.base, period.growth), (QSR_BASE, QSR_GROWTH))
+    return _named("link", (period.share_percent, period.maximum),
+                  (LINK_SHARE_PERCENT, LINK_MAX_PERIOD))
+
+
+def _named(word: str, values: tuple, defaults: tuple, first: str = "") -> str:
+    """`word` and `values` but the trailing ones at their defaults, as `period_name` says."""
+    kept = list(values)
+    while kept and kept[-1] == defaults[len(kept) - 1]:
+        kept.pop()
+    numbers = [str(int(v)) if float(v).is_integer() else repr(float(v)) for v in kept]
+    return word + (first + "-".join(numbers) if numbers else "")
+
+
 def job_size(workers: int, hosts: int) -> str:
     """What a period was resolved for, as messages say it: "1 worker", "8 workers on 4 hosts"."""
     return f"{workers} worker{'s' * (workers != 1)}" + (f" on {hosts} hosts" if hosts > 1 else "")
