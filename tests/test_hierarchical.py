@@ -155,10 +155,10 @@ def qsr_rounds(steps: int) -> list[int]:
     """The steps after which `qsr:1` holds a round under a cosine decay over `steps` steps
     from the peak: the rule fed the schedule's rate at each round's last step."""
     spec = ScheduleSpec(1.0, 16, 4, warmup_steps=0, total_steps=steps, decay="cosine")
-    rule, rounds = RateFollowingPeriod(1, 1.0, None), []
+    rule, rounds = RateFollowingPeriod(1, 1.0), []
     while rule.next_round <= steps:
         step = rule.next_round
-        rule.rate = lambda step: learning_rate_at(step - 1, spec)
+        rule.learn(learning_rate_at(step - 1, spec))
         rule.held(step)
         rounds.append(step)
     return rounds

@@ -43,9 +43,10 @@ from hvdtrain.keras.fragmented_rounds import FragmentedAverager, FragmentedOverl
 from hvdtrain.keras.initial_state import InitialState
 from hvdtrain.keras.link_rounds import LinkRounds
 from hvdtrain.keras.overlap import OverlappedRounds
+from hvdtrain.keras.rate_rounds import RateRounds
 from hvdtrain.keras.kept_schedule import KeptSchedule
 from hvdtrain.keras.reported_schedule import ReportedSchedule
-from hvdtrain.keras.round_reports import CountReport, NoReport, RateReport, SummedReport
+from hvdtrain.keras.round_reports import CountReport, NoReport, SummedReport
 from hvdtrain.keras.round_runner import RoundRunner
 from hvdtrain.keras.state import (ModelStateAverager, OuterOptimizer, build_optimizer,
                                   learning_rate_at, optimizer_step,
@@ -82,9 +83,9 @@ class LocalSGD(keras.callbacks.Callback):
         training loss since the last one, by AdaComm's rule ⌈√(F / F₀) · τ₀⌉ with τ₀ = 32
         (or N) and F₀ the first period's loss, never below 2 (`adaptive_rounds`);
         "qsr:B:G" (or "qsr:B", G = 1; "qsr", B = 2) sets it at every round from the
-        optimizer's learning rate η by the quadratic synchronization rule,
-        max(B, ⌊(G · peak / η)²⌋) with peak the highest rate at a round so far
-        (Gu et al. 2024; `hvdtrain.rounds.triggers.RateFollowingPeriod`);
+        workers' mean learning rate η (each reads its optimizer's; the round sums them)
+        by the quadratic synchronization rule, max(B, ⌊(G · peak / η)²⌋) with peak the
+        highest such rate so far (Gu et al. 2024; `hvdtrain.keras.rate_rounds`);
         "link:S:M" (or "link:S", M = 8; "link", S = 15) sets it at every round from the
         workers' timed steps and rounds, the fewest steps, up to M, for which rounds take
         at most S% of a worker's time (`hvdtrain.keras.link_rounds`).
@@ -257,10 +258,7 @@ class LocalSGD(keras.callbacks.Callback):
         self.warm = WarmStartEnd(warm_start_steps)
         self.timed = TimedEpochs(self.progress, self.batch_size) \
             if sync_seconds is not None else None
-        self.reported = _reported_schedule(period, warm_start_steps, clock)
-        self.rate_rounds = KeptSchedule(RateFollowingPeriod(
-            period.base, period.growth, self._rate, warm_start_steps), "rate_period") \
-            if isinstance(period, QuadraticPeriod) else None
+        self.reported = _reported_schedule(period, warm_start_steps, clock, self._rate)
         self.trigger = self._make_trigger(period, sync_seconds, clock)
         self.consensus = ConsensusWanted(self.policy.saves)
         self.report = self._make_report()
@@ -280,8 +278,6 @@ class LocalSGD(keras.callbacks.Callback):
     def _make_trigger(self, period, sync_seconds, clock):
         if self.reported is not None:
             return self.reported.trigger
-        if self.rate_rounds is not None:
-            return self.rate_rounds.trigger
         if sync_seconds is not None:
             return EveryTSeconds(RoundTimer(sync_seconds, clock), self.progress)
         return EveryNSteps(period, self.warm.steps)
@@ -289,8 +285,6 @@ class LocalSGD(keras.callbacks.Callback):
     def _make_report(self) -> NoReport:
         if self.reported is not None:
             return SummedReport(self.reported)
-        if self.rate_rounds is not None:
-            return RateReport(self.rate_rounds)
         if self.timed is not None:
             return CountReport(self.timed, self._follow_job_step)
         return NoReport()
@@ -441,12 +435,13 @@ class LocalSGD(keras.callbacks.Callback):
     @property
     def _schedule(self) -> KeptSchedule | None:
         """The period's schedule kept with the model (auto's, qsr's or link's), if it has one."""
-        return self.reported or self.rate_rounds
+        return self.reported
 
-    def _rate(self, step: int) -> float:
-        """The learning rate of the job's `step`-th step, which a rate-following period
-        reads: the same on every worker whatever steps its optimizer counted."""
-        return float(learning_rate_at(self.model.optimizer, step))
+    def _rate(self) -> float:
+        """This worker's learning rate at the job's step now, which a rate-following period
+        reports: its optimizer's schedule read at the job's count, whatever steps the
+        optimizer counted."""
+        return float(learning_rate_at(self.model.optimizer, self.progress.steps))
 
     @property
     def _warming(self) -> bool:
@@ -531,11 +526,15 @@ class LocalSGD(keras.callbacks.Callback):
         self.timed.stopped = True
 
 
-def _reported_schedule(period, warm_start_steps: int,
-                       clock: Callable[[], float]) -> ReportedSchedule | None:
-    """The schedule of a period that the workers' reports set (auto, link), if it is one."""
+def _reported_schedule(period, warm_start_steps: int, clock: Callable[[], float],
+                       rate: Callable[[], float]) -> ReportedSchedule | None:
+    """The schedule of a period that the workers' reports set (auto, qsr, link), if it is
+    one: each reads what it reports from this worker (`rate`: its learning rate now;
+    `clock`: its time)."""
     if isinstance(period, AutoPeriod):
         return AdaptiveRounds(AdaptivePeriod(period.initial, period.minimum, warm_start_steps))
+    if isinstance(period, QuadraticPeriod):
+        return RateRounds(RateFollowingPeriod(period.base, period.growth, warm_start_steps), rate)
     if isinstance(period, LinkPeriod):
         return LinkRounds(LinkFollowingPeriod(period.share, period.maximum, period.initial,
                                               warm_start_steps), clock)

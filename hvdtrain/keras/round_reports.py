@@ -5,13 +5,12 @@ round sums. A blocking round exchanges it in an allreduce of its own; an overlap
 round carries it, and the sum arrives with the round's mean, one period later.
 
 - `NoReport`: a fixed period needs nothing but the state.
-- `SummedReport`: `n_sync="auto"` and `n_sync="link"`: what every worker saw since the last
-  round (its training loss; its time in rounds and in steps), from whose sum every worker
-  sets the same next period (`hvdtrain.keras.reported_schedule`). Only the trigger's own
-  rounds carry it, after the state.
-- `RateReport`: `n_sync="qsr:B:G"`: nothing travels, since every worker reads the same
-  learning rate from its own optimizer; after each of the trigger's rounds the period it
-  set is kept with the model (`hvdtrain.keras.kept_schedule`).
+- `SummedReport`: `n_sync="auto"`, `"qsr:B:G"` and `"link"`: what every worker saw (its
+  training loss since the last round; its learning rate now; its time in rounds and in
+  steps), from whose sum every worker sets the same next period
+  (`hvdtrain.keras.reported_schedule`). Only the trigger's own rounds carry it, after the
+  state. No worker sets a period from its own floats alone: nearly equal values (two
+  hosts' rates) can round to different periods, and the rounds would part.
 - `CountReport`: rounds every T seconds: the examples and steps each worker took
   (`hvdtrain.rounds.timed`). Every round carries it once the workers are out of step, a
   blocking one before the state, since the job's step it gives sets the learning rate
@@ -27,7 +26,6 @@ from typing import Callable
 import numpy as np
 
 from hvdtrain import comm
-from hvdtrain.keras.kept_schedule import KeptSchedule
 from hvdtrain.keras.reported_schedule import ReportedSchedule
 from hvdtrain.keras.timed_epochs import TimedEpochs
 
@@ -57,14 +55,6 @@ class NoReport:
 
     def round_held(self) -> None:
         """After the trigger held a round, of either kind."""
-
-
-class RateReport(NoReport):
-    def __init__(self, schedule: KeptSchedule):
-        self.schedule = schedule
-
-    def round_held(self) -> None:
-        self.schedule.keep()
 
 
 class SummedReport(NoReport):

@@ -2,9 +2,11 @@
 
 `hvdtrain.keras.local_sgd.LocalSGD` hands each trigger the steps the last batch
 completed and asks whether a round is due. Every answer depends only on what all
-workers share (their step counts, equal while rounds come every n steps) or on this
-worker's own clock (rounds every T seconds, where the k-th round of each worker meets
-the k-th of the others), so all workers hold the same rounds in the same order.
+workers share (their step counts, equal while rounds come every n steps; what the
+rounds' summed reports told every worker alike) or on this worker's own clock (rounds
+every T seconds, where the k-th round of each worker meets the k-th of the others), so
+all workers hold the same rounds in the same order. No period is derived by each worker
+from its own floats: nearly equal values can land on either side of a rule's rounding.
 
 Pure Python: no TensorFlow, no Keras, so each policy is tested on its own.
 """
@@ -12,7 +14,7 @@ Pure Python: no TensorFlow, no Keras, so each policy is tested on its own.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 from hvdtrain.rounds.averaging import (adacomm_period, is_local_sync_step, is_warm_start_end,
                                        link_period, quadratic_period)
@@ -176,32 +178,29 @@ class AdaptivePeriod(PeriodSetAtRounds):
 
 class RateFollowingPeriod(PeriodSetAtRounds):
     """A round every `n_sync` local steps, the period set anew at each round from the
-    learning rate of the last step, by the quadratic synchronization rule
+    job's learning rate by the quadratic synchronization rule
     (`averaging.quadratic_period`).
 
-    `rate(step)` is the schedule's rate for the job's `step`-th step. It is read at the
-    job's step count, never at an optimizer's: a LossScaleOptimizer does not count a step
-    it skipped on overflow, and an overlapped round does not re-align the count, so
-    workers reading their optimizers' counts could set different periods and part. The
-    peak is the highest rate read at a round so far, so a warmup's rising rate keeps the
-    base period.
+    The rate is learnt, never read here: workers may train at different rates (hosts of
+    unequal size each scale their own), and floats that are only nearly equal can fall
+    on either side of the rule's floor, so a period derived on each worker from its own
+    rate could differ and the rounds part. The workers' rates travel with the rounds
+    instead (`hvdtrain.keras.rate_rounds`), and every worker learns the same mean. The
+    peak is the highest rate learnt so far, so a warmup's rising rate keeps the base
+    period.
     """
 
-    def __init__(self, base: int, growth: float, rate: Callable[[int], float],
-                 warm_start_steps: int = 0):
+    def __init__(self, base: int, growth: float, warm_start_steps: int = 0):
         super().__init__(base, warm_start_steps)
         self.base = base
         self.growth = growth
-        self.rate = rate
         self.peak = 0.0
 
-    def held(self, step: int) -> None:
-        """A round of this trigger ran after completed step `step`: set the period from
-        the rate now, and count it from there."""
-        rate = float(self.rate(step))
+    def learn(self, rate: float) -> None:
+        """The job's learning rate at the last round (the workers' mean): set the period
+        from it."""
         self.peak = max(self.peak, rate)
         self.n_sync = quadratic_period(rate, self.peak, self.base, self.growth)
-        super().held(step)
 
     def saved(self) -> tuple[float, int, int]:
         """What every worker must share to hold the same rounds: (the peak so far, the
