@@ -68,16 +68,16 @@ from hvdtrain.rounds.timed import RoundTimer
 class LocalSGD(keras.callbacks.Callback):
     """Average the workers' weights every `n_sync` steps instead of every step.
 
-    Args:
     The round choices come as one `RoundSpec` (`hvdtrain.rounds.spec`, as the trainer
     builds it from its flags), `LocalSGD(RoundSpec(n_sync=2, round_compression="int8"))`, or
     as keywords of the same names, `LocalSGD(n_sync=2, round_compression="int8")`, which
     make that same spec; not both. A choice not given takes the spec's default.
 
-      n_sync: local steps between two averaging rounds (or give `sync_seconds`);
+    Args:
       rounds: the round choices as one RoundSpec. Its fields are the arguments below but
         `broadcast_initial_state`, `batch_size`, `epoch_examples`, `saves`, `run_epochs`,
         `progress` and `clock`, which are keywords of their own.
+      n_sync: local steps between two averaging rounds (or give `sync_seconds`);
         "N/workers" gives ceil(N / workers) steps for the workers of each fit; "auto"
         (or "auto:N") sets the period anew at every round from the workers' averaged
         training loss since the last one, by AdaComm's rule ⌈√(F / F₀) · τ₀⌉ with τ₀ = 32
@@ -130,11 +130,11 @@ class LocalSGD(keras.callbacks.Callback):
         length of their own steps (at most by sqrt(workers); `ModelStateAverager(rescale=
         True)`): with LAMB or LARS, which set each layer's step length, the mean of noisy
         steps otherwise moves less than sync mode's step. Blocking flat rounds only.
-      overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
-        `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
         None (the default) leaves it to the optimizer, as the CLI does: decided at
         `attach`, on for a `keras.optimizers.Lamb` with blocking flat rounds of the whole
         model that leave the optimizer's slots alone.
+      overlap: run each round's allreduce behind the next `n_sync` steps (CoCoD-SGD,
+        `hvdtrain.keras.overlap`): a worker takes the round's average plus its own
         progress since the round began, and waits only when a round outlasts the
         steps between rounds. Needs `outer_optimizer="none"`. Rounds at epoch ends,
         before evaluation and at the end of training still block, so the model
