@@ -63,6 +63,14 @@ DEFAULT_N_SYNC = {"local": 2, "async": "10/workers"}
 # its rounds"). Rescaled (below), every 2 steps ended 1.97 below sync at 32 x 64 where every
 # step ended level (3 seeds): rounds stay every step, and int4 halves their bytes.
 DEFAULT_LOCAL_LAMB_N_SYNC = 1
+# Async mode's rounds travel as its float32 default measured at 2 to 8 workers where its
+# period is longer than a step. Where the period comes to one step (10/workers from 10
+# workers on), float32 rounds would move sync's bytes every step, so the plan settles int8
+# there (`plan.settle`, which knows the job): at 16 x 64 (LeNet-5, 2 epochs, seeds 1 to 3)
+# int8 every step ended -0.17 +- 0.23 points from float32 every step (paired), level within
+# the interval, at 0.251 of its bytes; float32 every 2 steps, half the bytes, ended
+# 1.36 +- 1.01 points below it (BENCHMARKS.md, "Async mode at 16 workers").
+ASYNC_ONE_STEP_COMPRESSION = "int8"
 DEFAULT_ROUND_COMPRESSION = {"sync": "none", "local": "int8", "async": "none"}
 # The hierarchy's period in local mode is flat local mode's, 2 steps, since its rounds are
 # cut in host shards (hvdtrain.keras.host_shards): a worker hands over a k-th of flat's
@@ -312,7 +320,9 @@ class TrainConfig:
                 "with int8's, at 0.126 of sync's bytes. int8 every 2 steps (--n-sync 2) ended "
                 "above float32 rounds every 5 steps in 22 of 24 LeNet runs at 2 to 32 "
                 "workers, at 0.13 of sync's bytes (BENCHMARKS.md)",
-        ROUND_COMPRESSIONS, modes=LOCAL_MODES, default_per_mode=DEFAULT_ROUND_COMPRESSION,
+        # Async's default depends on the job's period: settled by `plan.settle`.
+        ROUND_COMPRESSIONS, modes=LOCAL_MODES,
+        default_per_mode={m: c for m, c in DEFAULT_ROUND_COMPRESSION.items() if m != "async"},
         # Rounds before it travelled as they were (fp16 with --fp16-allreduce).
         before="none")
     round_fragments: int = _opt(

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from hvdtrain.config import TrainConfig, round_spec
+from hvdtrain.config import ASYNC_ONE_STEP_COMPRESSION, TrainConfig, round_spec
 from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
 from hvdtrain.progress import run_steps
@@ -134,6 +134,7 @@ def settle(cfg: TrainConfig, job: Job, saved: SavedRun | None = None,
     host_peaks = _host_peaks(cfg, job)
     lr_workers = _lr_workers(cfg, job, job.workers // job.hosts)
     period = _period(cfg, job)
+    cfg = _async_compression(cfg, period)
     if epoch_examples is not None:
         check_length(cfg, job, epoch_examples)
     return RunPlan(
@@ -231,6 +232,17 @@ def _period(cfg: TrainConfig, job: Job) -> int | str | None:
     return period if isinstance(period, int) else str(cfg.n_sync)
 
 
+def _async_compression(cfg: TrainConfig, period: int | str | None) -> TrainConfig:
+    """Async mode's rounds, unless given: float32 (`none`), or where its period comes to one
+    step `ASYNC_ONE_STEP_COMPRESSION`, since float32 rounds every step move sync's bytes.
+    With --fp16-allreduce they stay `none`, which that flag sends as fp16."""
+    if cfg.mode != "async" or cfg.round_compression is not None:
+        return cfg
+    one_step = period == 1 and not cfg.fp16_allreduce
+    return dataclasses.replace(cfg, round_compression=ASYNC_ONE_STEP_COMPRESSION
+                               if one_step else "none")
+
+
 def _compression(cfg: TrainConfig) -> str:
     if cfg.mode not in LOCAL_MODES:
         return "none"
@@ -321,9 +333,11 @@ def _one_host(cfg: TrainConfig, job: Job) -> str | None:
     if cfg.mode not in LOCAL_MODES or cfg.hierarchical_sgd or job.hosts > 1 \
             or job.workers < 2:
         return None
-    return ("on one host the rounds cross no network: over a loopback local mode's default "
-            "ran at 0.87 to 0.98x sync's images/sec at 2 workers (BENCHMARKS.md, \"Local mode "
-            "on a fast link\"); sync suits one host (give --hosts for a job across hosts)")
+    measured = ("over a loopback local mode's default ran at 0.87 to 0.98x sync's images/sec "
+                "at 2 workers (BENCHMARKS.md, \"Local mode on a fast link\"); "
+                if cfg.mode == "local" else "")
+    return (f"on one host the rounds cross no network: {measured}sync suits one host (give "
+            f"--hosts for a job across hosts)")
 
 
 def costly_period(cfg: TrainConfig, job: Job) -> str | None:

@@ -39,8 +39,9 @@ JOB_ROWS = {
         {"mode": "local", "average_optimizer_state": True}, FROM_1024),
     "`--mode local --hierarchical-sgd`, any global batch": (
         {"mode": "local", "hierarchical_sgd": True}, HOSTS),
-    "`--mode async`, any global batch": ({"mode": "async"}, BELOW + FROM_1024),
-    "`--mode async --hierarchical-sgd`, any global batch": (
+    "`--mode async`, fewer than 10 workers": ({"mode": "async"}, BELOW),
+    "`--mode async`, 10 workers or more": ({"mode": "async"}, FROM_1024),
+    "`--mode async --hierarchical-sgd`, fewer than 10 hosts": (
         {"mode": "async", "hierarchical_sgd": True}, HOSTS),
     "`--mode sync --elastic` or `--nesterov`, any global batch": (
         [{"mode": "sync", "elastic": True, "out": "runs/x"}, {"mode": "sync", "nesterov": True}],

@@ -78,6 +78,25 @@ def test_a_period_as_costly_as_sync_is_a_warning_of_the_plan():
     assert plan_of(4, mode="local").warnings == ()
 
 
+@pytest.mark.parametrize("workers, hosts", [(2, 1), (4, 1), (8, 1), (10, 1), (16, 1),
+                                            (32, 1), (64, 1), (16, 16), (32, 16)])
+def test_no_default_period_of_a_local_mode_is_one_its_plan_warns_against(workers, hosts):
+    for mode in ("local", "async"):
+        for hierarchical in (False, True) if hosts > 1 else (False,):
+            plan = plan_of(workers, hosts=hosts, mode=mode, hierarchical_sgd=hierarchical)
+            assert not any("as many as --mode sync" in w for w in plan.warnings), plan.warnings
+
+
+def test_async_rounds_every_step_travel_in_int8_and_longer_periods_in_float32():
+    assert plan_of(16, mode="async").config.round_compression == "int8"
+    assert plan_of(8, mode="async").config.round_compression == "none"      # every 2 steps
+    assert plan_of(16, mode="async", n_sync=3).config.round_compression == "none"
+    assert plan_of(16, mode="async", round_compression="int4").config.round_compression == "int4"
+    # --fp16-allreduce sends float32 rounds as fp16: a choice the job's size does not undo
+    assert plan_of(16, mode="async", fp16_allreduce=True).round_form.endswith(
+        "(fp16 values); optimizer state kept on each worker")
+
+
 def test_a_global_batch_past_the_largest_measured_is_a_warning_of_the_plan():
     assert plan_of(32, batch_size=64).warnings == ()              # 2,048: measured
     past = plan_of(64, hosts=8, batch_size=256).warnings
