@@ -31,6 +31,8 @@ from hvdtrain.keras import overlap
 
 # Seconds a collective waits for its peers before the test fails as hung.
 WAIT_SECONDS = 120
+# Each worker thread's world (and that of the rounds' threads it starts).
+_THIS_THREAD = threading.local()
 
 
 class CollectiveHung(FakeCommError):
@@ -119,7 +121,7 @@ def run_workers(workers: int, work: Callable[[int], Any],
     """`work(rank)` in `workers` threads, each in its own world of the job; their results
     in rank order. The first failure is raised (the others stop at their next collective)."""
     rendezvous = Rendezvous(wait)
-    local = threading.local()
+    local = _THIS_THREAD
     results: list[Any] = [None] * workers
     failures: dict[int, BaseException] = {}
 
@@ -154,6 +156,12 @@ def run_workers(workers: int, work: Callable[[int], Any],
         rank = min(failures, key=lambda r: isinstance(failures[r], CollectiveHung))
         raise failures[rank]
     return results
+
+
+def this_worker() -> ThreadWorker:
+    """The world of the worker whose thread calls, inside `run_workers`: e.g. to give it a
+    new `world_id`, as an elastic reset gives the workers it keeps."""
+    return _THIS_THREAD.world
 
 
 def _dispatched(name: str, local: threading.local) -> Callable:
