@@ -8,8 +8,9 @@ Greedy, over the whole product: the table's few thousand rows are built, the one
 `allowed` refuses dropped, and rows are taken one at a time, each the allowed row that
 covers the most t-tuples not yet covered (the first such, so the array is the same at
 every run). A t-tuple that no allowed row holds is not asked for. `seeds` are partial
-rows the array must hold (a regression's interaction of more than t options): each is
-completed the same greedy way before the rest. Pure Python.
+rows the array must hold (a regression's interaction of more than t options, or the rows
+of a smaller array to extend): each that no earlier one's row holds is completed the same
+greedy way, in order, before the rest. Pure Python.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def covering_array(dimensions: Mapping[str, Sequence[Any]],
                     if all(row[name] == value for name, value in seed.items())]
         if not matching:
             raise ValueError(f"seed {dict(seed)}: no allowed row holds it")
-        take(matching)
+        if not any(rows[i] in chosen for i in matching):  # an earlier seed's row holds it
+            take(matching)
     while uncovered:
         take(range(len(rows)))
     return chosen

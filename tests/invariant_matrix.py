@@ -168,8 +168,8 @@ def allowed(cell: Mapping[str, Any]) -> bool:
 
 def cells(strength: int = 2, including: tuple[Mapping[str, Any], ...] = ()) -> list[dict]:
     """The cells of a covering array of `strength` (2: every pair of values) that holds
-    the seeds and the cells `including`, those first."""
-    return covering_array(DIMENSIONS, allowed, strength, (*SEEDS, *including))
+    the cells `including` (first) and the seeds."""
+    return covering_array(DIMENSIONS, allowed, strength, (*including, *SEEDS))
 
 
 def cell_id(cell: Mapping[str, Any]) -> str:

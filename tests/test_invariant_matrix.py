@@ -64,7 +64,7 @@ def test_every_pair_of_round_choices_keeps_the_invariants(cell):
 
 
 @pytest.mark.slow
-@pytest.mark.long  # every triple of values: 34 cells beyond the pairs, 2 to 3 minutes here
+@pytest.mark.long  # every triple of values: 31 cells beyond the pairs, about 5 minutes here
 @pytest.mark.parametrize("cell", _wider(), ids=matrix.cell_id)
 def test_every_triple_of_round_choices_keeps_the_invariants(cell):
     problems = matrix.problems(matrix.run_cell(cell))
