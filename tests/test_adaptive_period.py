@@ -104,7 +104,10 @@ def test_local_runs_default_to_int8_rounds_every_2_steps_and_async_to_ten_over_t
     assert (settled(local, 8).n_sync, settled(local, 8).round_compression) == (2, "int8")
     assert (settled(local, 16).n_sync, settled(local, 16).round_compression) == (1, "int4")
     async_ = load_config(None, {"mode": "async"}).resolved()
-    assert (async_.n_sync, async_.round_compression) == ("10/workers", "none")
+    # Async's compression waits for the job's period: float32, int8 where it is one step.
+    assert (async_.n_sync, async_.round_compression) == ("10/workers", None)
+    assert (settled(async_, 8).round_compression, settled(async_, 16).round_compression) == \
+        ("none", "int8")
     hierarchy = load_config(None, {"mode": "local", "hierarchical_sgd": True}).resolved()
     assert (hierarchy.n_sync, hierarchy.round_compression) == (2, None)
     assert settled(hierarchy, 8).round_compression == "int8"  # not rescaled: int8
@@ -193,7 +196,8 @@ F32 = dict(round_compression="none")
     (dict(mode="local", n_sync=1), 4, False),          # int8 every step: a quarter of sync's
     (dict(F32, mode="local", n_sync=1), 1, False),     # one worker sends nothing
     (dict(mode="async"), 8, False),                    # 2 steps, no momentum averaged
-    (dict(mode="async"), 10, True),                    # 1 step: the weights every step
+    (dict(mode="async"), 10, False),                   # 1 step, in int8: a quarter
+    (dict(mode="async", round_compression="none"), 10, True),  # float32 every step
     (dict(mode="sync"), 64, False),
     (dict(mode="local", n_sync="auto"), 64, False),
 ])
