@@ -70,14 +70,14 @@ def test_a_settled_config_names_the_optimizer_and_takes_its_cap():
 
 
 def test_rank_0_says_in_one_line_when_a_new_run_takes_lamb(capsys):
-    from hvdtrain.training.runner import _settled_plan
+    from hvdtrain.training.runner import _announced_plan
 
     cfg = load_config(None, {}).resolved()
     for rank in (0, 1):
         with FakeComm(16, rank):
-            assert _settled_plan(cfg, SavedRun()).config.optimizer == "lamb"
+            assert _announced_plan(cfg, SavedRun()).config.optimizer == "lamb"
             resumed = SavedRun(source_optimizer="sgd")  # resumed: no line
-            assert _settled_plan(cfg, resumed).config.optimizer == "sgd"
+            assert _announced_plan(cfg, resumed).config.optimizer == "sgd"
     lines = [line for line in capsys.readouterr().out.splitlines()
              if not line.startswith("hvdtrain: plan: ")]  # rank 0's plan, twice
     assert lines == ["hvdtrain: --optimizer auto took lamb: --mode sync at a global batch of "

@@ -38,7 +38,7 @@ def _trains_by(job: Job, options: list[str], monkeypatch) -> dict:
     monkeypatch.setattr(runner, "_job", lambda: job)
     cfg = config_of(build_parser().parse_args(["train", *options])).resolved()
     cfg, saved, _ = runner._run_folder_and_saved_run(cfg, 0.0)
-    return runner._settled_plan(cfg, saved).to_dict()
+    return runner._announced_plan(cfg, saved).to_dict()
 
 
 def _jobs(tmp_path):
@@ -85,7 +85,7 @@ def test_an_elastic_job_resuming_a_lamb_runs_checkpoint_takes_lamb_on_every_work
     for rank in (0, 1):
         with FakeComm(4, rank):
             _, saved, _ = runner._run_folder_and_saved_run(cfg, 0.0)
-            assert runner._settled_plan(cfg, saved).config.optimizer == "lamb"
+            assert runner._announced_plan(cfg, saved).config.optimizer == "lamb"
 
 
 @pytest.mark.parametrize("rank", [0, 1, 3])
@@ -99,7 +99,7 @@ def test_an_elastic_job_given_another_optimizer_than_the_checkpoints_is_refused_
             r"^--resume \S+: the checkpoint was written with --optimizer lamb \(\S+\), not "
             r"sgd: give --optimizer lamb or auto$")):
         _, saved, _ = runner._run_folder_and_saved_run(cfg, 0.0)
-        runner._settled_plan(cfg, saved)
+        runner._announced_plan(cfg, saved)
 
 
 def test_an_elastic_run_folder_of_a_lamb_run_goes_on_with_lamb_on_every_rank(tmp_path):

@@ -78,7 +78,7 @@ def train(cfg: TrainConfig, verbose: int | None = None,
     cfg = cfg.resolved()
     started = start_worker(cfg)  # `hvdtrain train` started it already, before TensorFlow
     cfg, plan, start = _run_folder_and_saved_run(cfg, time.time())
-    run_plan = _settled_plan(cfg, plan)
+    run_plan = _announced_plan(cfg, plan)
     cfg = run_plan.config
     data = _training_data(cfg)
     # Checkpoints, logs and the final weights are written as training goes: a full disk
@@ -147,7 +147,7 @@ def _run_folder_and_saved_run(cfg: TrainConfig,
     return cfg, on_chief(lambda: read_saved_run(cfg), name="saved_run"), start
 
 
-def _settled_plan(cfg: TrainConfig, saved: SavedRun) -> RunPlan:
+def _announced_plan(cfg: TrainConfig, saved: SavedRun) -> RunPlan:
     """The run's plan (`hvdtrain.plan.settle`) for the workers running now, settled alike
     on every worker, which so all refuse what it refuses. Rank 0 says what the run kept
     from its saved run, what auto took, and the plan's lines."""
