@@ -243,7 +243,7 @@ class TrainConfig:
         "a worker's time (link:S: M = 8; link: S = 15, M = 8), starting from 2. "
         "Flat local mode rounds every step on LAMB (which --optimizer auto takes from a "
         "global batch of 1,024), every 2 steps otherwise",
-        modes=LOCAL_MODES, elsewhere="ignored", default_per_mode=DEFAULT_N_SYNC)
+        modes=LOCAL_MODES, default_per_mode=DEFAULT_N_SYNC)
     sync_seconds: float | None = _opt(
         None, "local and async modes: average every this many seconds of each worker's wall "
               "time instead of every --n-sync steps, so a faster worker takes more steps; an "
@@ -717,6 +717,9 @@ def load_saved_config(path: str) -> TrainConfig:
     pass for what the run did."""
     values = _read_yaml(path)
     unused = dict(refused_in(values.get("mode", declared_default("mode"))))
+    # What the run's mode never read is read as unused: older versions saved a sync run's
+    # local period (10), which a command would now be refused.
+    values.update({name: value for name, value in unused.items() if name in values})
     for f in dataclasses.fields(TrainConfig):
         if f.name in values or f.name in unused or f.metadata["resumable"]:
             continue

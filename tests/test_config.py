@@ -75,6 +75,9 @@ def test_saved_config_loads_back_identically(tmp_path):
     ({"round_compression": "int8"},
      "--round-compression needs --mode local or async, got --round-compression int8 with "
      "--mode sync"),
+    ({"n_sync": 4}, "--n-sync needs --mode local or async, got --n-sync 4 with --mode sync"),
+    ({"n_sync": "link"},
+     "--n-sync needs --mode local or async, got --n-sync link with --mode sync"),
     ({"model": "nosuch"}, "--model must be one of alexnet, alexnet-lrn, alexnet-2col, lenet, "
                           "resnet50, resnet20, resnet32, resnet56, got 'nosuch'"),
     ({"dataset": "mnist"}, "--dataset must be one of fashion-mnist, cifar10, imagenet, "

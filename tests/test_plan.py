@@ -287,3 +287,19 @@ def test_a_bad_host_sizes_request_is_one_line(argv, message, capsys):
     assert main(["plan", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["plan", "train"])
+def test_a_period_given_in_sync_mode_is_refused_in_one_line_as_other_round_options_are(
+        command):
+    job = ["--workers", "2"] if command == "plan" else []
+    said = {}
+    for option in (["--n-sync", "4"], ["--round-compression", "int8"]):
+        result = subprocess.run([sys.executable, "-m", "hvdtrain", command, *job, "--mode",
+                                 "sync", *option], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        said[option[0]] = result.stderr
+    assert said["--n-sync"] == ("hvdtrain: error: --n-sync needs --mode local or async, got "
+                                "--n-sync 4 with --mode sync\n")
+    assert said["--round-compression"].startswith("hvdtrain: error: --round-compression needs "
+                                                  "--mode local or async")

@@ -88,6 +88,7 @@ class GridRun:
         if self.n_sync is None:
             # The shared options may set an outer optimizer for the local runs.
             return ["--mode", "sync", *(option for name, default in refused_in("sync")
+                                        if default is not None  # None: not given
                                         for option in _option_at(name, default))]
         options = ["--mode", HIERARCHICAL_OF.get(self.mode, self.mode), "--n-sync", str(self.n_sync)]
         if self.mode in HIERARCHICAL_OF:
