@@ -154,7 +154,8 @@ def test_hvdtrain_plan_of_a_run_folder_names_what_the_resumed_run_keeps(tmp_path
     assert (plan["optimizer"], plan["period"], plan["round_compression"]) == \
         ("lamb", 5, "none")
     assert plan["kept"]["mode"] == "local" and plan["kept"]["n_sync"] == 5
-    assert main(["plan", "--workers", "8", "--out", str(tmp_path), "--n-sync", "3"]) == 2
+    assert main(["plan", "--workers", "8", "--out", str(tmp_path), "--mode", "local",
+                 "--n-sync", "3"]) == 2
     assert "cannot resume" in capsys.readouterr().err
 
 
