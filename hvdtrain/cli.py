@@ -9,21 +9,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from hvdtrain import __version__, quiet
 from hvdtrain.benchmarks import bench as model_bench, compare, experiments, learning_curves, predict
 from hvdtrain.cluster import command as cluster
 from hvdtrain.config import load_config
-from hvdtrain.config_options import add_config_options, add_train_options, config_of
+from hvdtrain.config_options import HelpLayout, add_config_options, add_train_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.training.start import start_worker
 
-TRAIN_EPILOG = """\
-Values come from the defaults, then --config FILE.yaml (keys as the option names,
-with - or _), then the options given here. The resolved configuration is saved as
-config.yaml in the run folder, which also gets metrics.jsonl, summary.json,
-tensorboard/, checkpoints/ and model.weights.h5. Only rank 0 writes them.
-"""
+TRAIN_DESCRIPTION = """\
+Train one model; run one process per worker under horovodrun. Values come from
+the defaults, then --config FILE.yaml (keys as the option names, with - or _),
+then the options given here. Each option at length, and the rules of the
+defaults that depend on the job: docs/configuration.md. What a job of N
+workers settles on (optimizer, rate, period, rounds):
+hvdtrain plan --workers N [OPTION ...]."""
+
+
+def _train_epilog() -> str:
+    """The run folder's files, named as `training.run_folder` writes them."""
+    from hvdtrain.training import run_folder as rf
+
+    files = ", ".join((rf.PLAN, rf.METRICS, rf.STEPS, rf.SUMMARY, rf.TENSORBOARD + "/",
+                       rf.CHECKPOINTS + "/"))
+    return textwrap.fill(
+        f"The run folder (--out) holds {rf.CONFIG}, the resolved configuration, and {files} "
+        f"and {rf.FINAL_WEIGHTS}. Only rank 0 writes them.", 80)
 
 
 VERBOSE_HELP = ("keep TensorFlow's and absl's start-up notices (hidden by default; "
@@ -38,12 +51,18 @@ class OneLineErrors(argparse.ArgumentParser):
 
     argparse prints the whole usage (dozens of lines for `train`) before a value of the
     wrong type; the one line names the option and the value, and points to --help.
-    Subcommands' parsers are made of the same class, so they answer the same way.
+    Subcommands' parsers are made of the same class, so they answer the same way; an
+    option a parser takes but lists in another's help (`hvdtrain plan` takes train's)
+    points to that help, so its line is the one that command gives.
     """
 
+    helped_by: dict[str, str] = {}  # option -> the command whose --help lists it
+
     def error(self, message: str):
-        self.exit(ConfigError.exit_code,
-                  f"hvdtrain: error: {message} (see {self.prog} --help)\n")
+        option = message.removeprefix("argument ").split(":")[0].split("/")[0]
+        where = self.helped_by.get(option, self.prog) if message.startswith("argument ") \
+            else self.prog
+        self.exit(ConfigError.exit_code, f"hvdtrain: error: {message} (see {where} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a model (one process per worker)",
-        description="Train one model; run one process per worker under horovodrun.",
-        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        usage="hvdtrain train [--config FILE.yaml] [OPTION ...]",
+        description=TRAIN_DESCRIPTION, epilog=_train_epilog(), formatter_class=HelpLayout)
     add_train_options(train)
     train.set_defaults(handler=_train)
 
@@ -105,26 +124,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PLAN_EPILOG = """\
-The plan is what the workers of such a job decide before their first step: which
-optimizer --optimizer auto takes and why, the peak learning rate and its cap, the
-period between rounds at this size, how a round travels, and the bytes a worker sends
-per step. With --out naming a run folder that holds a run, the plan is that run's
-resumed: the options it keeps are named; what train would refuse before it starts (a
-finished run, a --resume PATH missing or damaged, an option changed) is refused in the
-same one line. Hierarchical hosts of different sizes (--host-sizes) each scale their own
-rate: the plan gives each. Under horovodrun, hvdtrain train prints the same lines from
-rank 0 and writes them to plan.json in the run folder. Nothing is started here, and
-TensorFlow is not loaded.
-"""
+PLAN_DESCRIPTION = """\
+Show what `hvdtrain train` with these options will do on a job of --workers
+workers (or --hosts x --slots), without starting it: the optimizer --optimizer
+auto takes and why, the peak learning rate and its cap, the period between
+rounds at this size, how a round travels, the bytes a worker sends per step,
+and warnings. Nothing is started and TensorFlow is not loaded.
+
+It takes every option of `hvdtrain train` (see hvdtrain train --help) and
+refuses a bad one in the same one line. With --out naming a run folder that
+holds a run, the plan is that run's resumed: the options it keeps are named,
+and what train would refuse before it starts (a finished run, a --resume PATH
+missing or damaged, an option changed) is refused here too. Under horovodrun,
+hvdtrain train prints the same lines from rank 0 and writes them to plan.json
+in the run folder."""
 
 
 def _add_plan_parser(commands) -> None:
     plan = commands.add_parser(
         "plan", help="show what a training job will do, without starting it",
-        description="Print the settled plan of `hvdtrain train` with these options on a job "
-                    "of --workers workers (or --hosts x --slots).",
-        epilog=PLAN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        usage="hvdtrain plan (--workers N | --hosts H --slots S) [--host-sizes N,N,...] "
+              "[--json] [TRAIN OPTION ...]",
+        description=PLAN_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("--workers", type=int, default=None,
                       help="workers of the job (default: --hosts x --slots)")
     plan.add_argument("--hosts", type=int, default=None,
@@ -133,10 +154,16 @@ def _add_plan_parser(commands) -> None:
                       help="workers per host; with --hosts, the job's workers")
     plan.add_argument("--host-sizes", metavar="N,N,...", default=None,
                       help="each host's workers, in rank order, where hosts differ in size "
-                           "(e.g. 6,2): the job's --workers and --hosts")
+                           "(e.g. 6,2): the job's --workers and --hosts; each host's rate "
+                           "is given")
     plan.add_argument("--json", action="store_true", default=False,
                       help="print the plan as one JSON object")
-    add_train_options(plan)
+    # Taken, checked and refused as train's are, and listed once, by train's --help.
+    train_options = add_train_options(plan.add_argument_group(
+        "train options", "every option of hvdtrain train: see hvdtrain train --help"),
+        shown=False)
+    plan.helped_by = {flag: "hvdtrain train" for action in train_options
+                      for flag in action.option_strings}
     plan.set_defaults(handler=_plan)
 
 

@@ -18,16 +18,15 @@ from typing import Any, Mapping
 
 import yaml
 
-from hvdtrain import divergence
 from hvdtrain.buckets import DEFAULT_BUCKET_MB, parse_bucket_spec
 from hvdtrain.errors import ConfigError
+from hvdtrain.optimizer_choice import LAMB_FROM_GLOBAL_BATCH
 from hvdtrain.rounds.periods import LOCAL_MODES, PerWorkerPeriod, Period, PeriodError, parse_period
 from hvdtrain.rounds.spec import ROUND_FIELDS, RoundFieldError, RoundRuleError, RoundSpec
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, RESCALED_ROUND_COMPRESSION,  # noqa: F401
                                    ROUND_COMPRESSIONS, WARM_STARTS, rescales_by_default,
                                    rounds_compression)
-from hvdtrain.schedules import (DEFAULT_LOCAL_LAMB_MAX_LR, DEFAULT_MAX_LR,
-                                 DEFAULT_MAX_LR_OTHERWISE, LR_SCALINGS, default_max_lr)
+from hvdtrain.schedules import LR_SCALINGS, default_max_lr
 
 # sync averages gradients every step; the local modes, the workers' state every period.
 MODES = ("sync", *LOCAL_MODES)
@@ -131,19 +130,15 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, *,
 @dataclass
 class TrainConfig:
     # What to train on.
-    model: str = _opt("lenet", "model name from the registry (hvdtrain.models)", MODELS)
+    model: str = _opt("lenet", "the model (hvdtrain.models)", MODELS)
     dataset: str = _opt(
-        "fashion-mnist", "dataset name; synthetic is random images in host memory, "
-        "synthetic-device one random batch per worker made and kept on its device (no input "
-        "pipeline: benchmarks)", DATASETS)
+        "fashion-mnist", "the dataset (synthetic: random images)", DATASETS)
     data_dir: str | None = _opt(
         None, "folder holding the dataset files (default: the dataset's standard path)",
         resumable=True)
     train_examples: int | None = _opt(
-        None, "fashion-mnist, cifar10, synthetic: train on the first N examples only (quick "
-              "runs and tests); imagenet: take N as the number of training records, so TFRecords "
-              "without a manifest.json need not be counted (no record is dropped: an epoch is "
-              "N examples of the stream)")
+        None, "train on the first N examples only; imagenet: take N as the number of "
+              "training records (default: all)")
     synthetic_shape: str = _opt(
         "28x28x1", "image shape HxWxC of the synthetic dataset")
     image_size: int = _opt(
@@ -153,137 +148,72 @@ class TrainConfig:
     epochs: int = _opt(2, "number of epochs")
     steps_per_epoch: int | None = _opt(
         None, "cap on steps per epoch (default: one pass over each worker's shard)")
-    batch_size: int = _opt(64, "batch size per worker; the global batch is this times the workers")
+    batch_size: int = _opt(64, "batch size per worker; the global batch is this times the "
+                               "workers")
 
     # Optimisation.
     optimizer: str = _opt(
-        "auto", "inner optimizer. auto: lamb in sync mode from a global batch of 1024 "
-                "(where SGD's defaults ended 3 to 11 points lower, LeNet, 3 seeds) and in "
-                "local mode (about 2 points), else sgd (and with --hierarchical-sgd, "
-                "--elastic or --nesterov); a resumed run keeps the one it took. "
-                "sgd: with --momentum. lars: SGD with --momentum whose step for each layer is scaled "
-               "by a trust ratio, --lars-eta x |weights| / (|gradient| + --weight-decay x "
-               "|weights|) (You et al. 2017; biases and BatchNorm excluded), so a layer moves "
-               "about rate x --lars-eta of its weights' norm per step, where SGD moves it rate "
-               "x |gradient|: give it a --base-lr 10 to 30 times SGD's (LeNet at a global batch "
-               "of 256 trained at 1 and 3, diverged at 10). lamb: Keras's Lamb, Adam with the "
-               f"same per-layer ratio; its peak is capped at {DEFAULT_MAX_LR['lamb']:g} "
-               f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode with --no-rescale-rounds "
-               "and the optimizer state kept local) unless --max-lr says "
-               "otherwise. At 0.03 in sync mode it ended 3 to 4 points "
-               "above SGD's defaults at a global batch of 1024 (LeNet), and level at 512 "
-               "(LeNet, ResNet-20)", OPTIMIZERS)
+        "auto", "auto: lamb in sync mode from a global batch of "
+                f"{LAMB_FROM_GLOBAL_BATCH} and in flat local mode, else sgd; a resumed run "
+                "keeps its own", OPTIMIZERS)
     base_lr: float = _opt(
-        0.1, "learning rate for a global batch of 256; scaled to the real global batch by "
+        0.1, "learning rate for a global batch of 256, scaled to the real one by "
              "--lr-scaling")
     lr_scaling: str = _opt(
         DEFAULT_LR_SCALING,
-        "how the peak rate follows the global batch B: linear, --base-lr x B/256 (Goyal et "
-        "al. 2017); sqrt, --base-lr x sqrt(B/256); none, --base-lr whatever B is. Warmup "
-        "starts from one worker's rate under the same rule. LeNet on Fashion-MNIST at a "
-        "global batch of 1024 diverged at linear's peak of 0.4, and at 0.2; 0.1 trained",
+        "how the peak rate follows the global batch B: linear, x B/256; sqrt, x sqrt(B/256);"
+        " none",
         LR_SCALINGS, before="linear")
     max_lr: float | None = _opt(
-        None, f"cap on the peak rate after --lr-scaling (and on the warmup's start); 0: no "
-              f"cap. Default {DEFAULT_MAX_LR['lamb']:g} with --optimizer lamb "
-              f"({DEFAULT_LOCAL_LAMB_MAX_LR:g} in flat local mode with --no-rescale-rounds, "
-              f"whose rounds' mean of the workers' steps is shorter than they are: 0.45 points "
-              f"above 0.03 at 32 x 32 over 5 epochs; not with --rescale-rounds, on there by "
-              f"default, which gives the mean step their length back, nor with "
-              f"--average-optimizer-state, whose shared momentum keeps it: "
-              f"0.06 there ended 5.7 points lower at 16 x 64, or diverged), else "
-              f"{DEFAULT_MAX_LR_OTHERWISE:g}, which binds from a global batch of 256 (linear): "
-              f"LeNet with SGD broke down above it at 512 and 1024, and LAMB at 0.1 sat at "
-              f"chance where 0.03 ended above SGD at 512 and 1024",
+        None, "cap on the peak rate after --lr-scaling (0: none)",
         before=0.0)  # runs saved before the cap took the linear rule uncapped
     warmup_epochs: float = _opt(
-        1.0, "epochs over which the rate ramps linearly from the one-worker rate to the scaled "
-             "rate. 1 rather than 0.5: in 2-epoch LeNet runs at 8 to 32 workers it ended 0.5 to "
-             "5 points higher (3 seeds each), and level at 2 workers")
+        1.0, "epochs over which the rate ramps linearly from one worker's rate to the peak")
     local_lr_workers: int | None = _opt(
         None,
-        "local and async modes: --lr-scaling counts at most this many workers "
-        "(0: all of them), since a local step trains on one worker's batch, and --max-lr "
-        "caps the result. Local mode counts 8: at 16 x 32 over 5 epochs 0.74 points above "
-        "4 at every seed and level with sync (LeNet-5, 3 seeds)",
+        "local and async modes: --lr-scaling counts at most this many workers (0: all of "
+        "them)",
         modes=LOCAL_MODES, elsewhere="ignored", default_per_mode=DEFAULT_LOCAL_LR_WORKERS)
     lr_decay: str = _opt("cosine", "decay after warmup", LR_DECAYS)
     momentum: float = _opt(0.9, "momentum of SGD and LARS (0 for none)")
     lars_eta: float = _opt(
-        LARS_ETA, "--optimizer lars: the trust coefficient, the fraction of a layer's weight "
-                  "norm one step at rate 1 moves it", before=LARS_ETA)
+        LARS_ETA, "--optimizer lars: the trust coefficient", before=LARS_ETA)
     nesterov: bool = _opt(False, "use Nesterov momentum with SGD")
     weight_decay: float = _opt(
         0.0, "decoupled weight decay applied by the optimizer (biases and BatchNorm "
-             "excluded); LARS's is the paper's, added to the gradient inside its trust ratio")
+             "excluded)")
     seed: int = _opt(42, "random seed for weights, shuffling and dropout")
 
     # Parallelism.
     mode: str = _opt(
-        "sync", "sync: average gradients every step; local: average weights every --n-sync steps; "
-                "async: like local, but each round's allreduce runs behind the next --n-sync "
-                "steps and a worker takes the round's average plus its own progress since "
-                "(CoCoD-SGD); epoch ends, evaluation and checkpoints wait for one blocking round",
+        "sync", "sync: average gradients every step; local: average weights every --n-sync "
+                "steps; async: local, each round behind the next steps",
         MODES)
     n_sync: int | str | None = _opt(
         None,
-        "local and async modes: local steps between two weight averagings; N/workers: "
-        "ceil(N / workers) steps, so the local steps between rounds summed over the workers "
-        "stay N whatever -np is (40/workers: 10 steps at 4 workers, 5 at 8; 10/workers: 3 "
-        "and 2); N/workers:M: the same, never below M steps (40/workers:5: 5 at 8 workers "
-        "and beyond); auto: the period adapts to training, AdaComm's rule "
-        "ceil(sqrt(loss / first loss) * 32) on the workers' averaged training loss since the "
-        "last round, set anew at every round and never below 2 (auto:N starts from N); "
-        "qsr:B:G: the quadratic synchronization rule (Gu et al. 2024), max(B, floor((G * "
-        "peak / rate)^2)) steps from the workers' mean learning rate at each round, peak the "
-        "highest so far: B steps while the rate is high, more as it decays (qsr:B: G = 1; "
-        "qsr: B = 2); "
-        "link:S:M: the period follows the link, set at every round from the workers' timed "
-        "steps and rounds to the fewest steps, up to M, for which rounds take at most S% of "
-        "a worker's time (link:S: M = 8; link: S = 15, M = 8), starting from 2. "
-        "Flat local mode rounds every step on LAMB (which --optimizer auto takes from a "
-        "global batch of 1,024), every 2 steps otherwise",
+        "steps between rounds, or a rule: N/workers, auto, qsr, link",
         modes=LOCAL_MODES, default_per_mode=DEFAULT_N_SYNC)
     sync_seconds: float | None = _opt(
-        None, "local and async modes: average every this many seconds of each worker's wall "
-              "time instead of every --n-sync steps, so a faster worker takes more steps; an "
-              "epoch then ends at the first round at which the workers together have trained "
-              "its examples (a little over, by less than one period)")
+        None, "local and async modes: a round every T seconds of each worker's wall time "
+              "instead of every --n-sync steps")
     warm_start_steps: int = _opt(
         0, "local mode: steps of a warm start before going local (see --warm-start)",
         modes=LOCAL_MODES)
     warm_start: str = _opt(
-        "sync", "local mode: how the --warm-start-steps train. sync: gradients averaged every "
-                "step (post-local SGD); single: one worker's warm start as in Paine et al. "
-                "(2013), where only rank 0's progress counts and every worker then takes its "
-                "state (the other workers' steps in that phase are discarded)", WARM_STARTS,
+        "sync", "local mode: how --warm-start-steps train. sync: gradients averaged every "
+                "step; single: rank 0 alone (Paine et al. 2013)", WARM_STARTS,
         modes=LOCAL_MODES)
     epoch_rounds: bool = _opt(
-        True, "local mode: a round at every epoch end and before every evaluation, so each "
-              "worker goes on from the consensus model. --no-epoch-rounds: rounds come every "
-              "--n-sync steps, as in Paine et al. (2013), whatever the epochs and --eval-every, "
-              "and besides only at the run's end and at every elastic commit; a checkpoint, "
-              "of steps or of epochs, waits for the next round, so it holds the model "
-              "training goes on from (with a period longer than the checkpoint interval, "
-              "checkpoints come once a period); an "
-              "evaluation sees the workers' average (one allreduce, no round) and each worker "
-              "then goes on from its own weights. Needed for periods longer than an epoch: at "
-              "32 workers an epoch of Fashion-MNIST is 58 steps of 32", modes=("local",))
+        True, "local mode: a round at every epoch end and before every evaluation; off: "
+              "rounds only every --n-sync steps", modes=("local",))
     init_weights: str | None = _opt(
         None, "start from these weights (.weights.h5), e.g. a one-worker warm start",
         resumable=True)
     average_bn_stats: bool = _opt(
-        True, "local mode: average BatchNorm moving statistics at each sync")
+        True, "local mode: average BatchNorm moving statistics at each round")
     average_optimizer_state: bool = _opt(
-        False, "local and async modes: also average optimizer slots (momentum, Adam moments) "
-               "at each round (twice a round's bytes for SGD with momentum). Off: each worker "
-               "keeps its own, as SlowMo, DiLoCo and torchft do; at local mode's period of 2 "
-               "steps (LeNet-5, 8 x 64, 5 epochs, 3 seeds) it ended within 0.1 points of "
-               "averaging it, at half the bytes. Async mode's rounds land a period late: "
-               "averaging a period-stale momentum cost async runs about 4 points at 4 workers. "
-               f"With LAMB in local mode it keeps the default --max-lr at "
-               f"{DEFAULT_MAX_LR['lamb']:g}, sync's, and turns --rescale-rounds' default off "
-               f"(see there)",
+        False, "local and async modes: also average optimizer slots (momentum, Adam moments)"
+               " at each round",
         modes=LOCAL_MODES, elsewhere="ignored")
     outer_optimizer: str = _opt(
         "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS,
@@ -293,152 +223,78 @@ class TrainConfig:
         modes=LOCAL_MODES)
     outer_momentum: float = _opt(0.0, "outer momentum (beta of SlowMo)", modes=LOCAL_MODES)
     rescale_rounds: bool | None = _opt(
-        None, "local mode: each round stretches the mean step of each weight variable (from "
-              "the last round's model) to the workers' mean length of their own steps of it, "
-              "by at most sqrt(workers). A mean of steps of one length but noisy directions "
-              "is shorter than they are, and LAMB and LARS set each layer's step length, so "
-              "the average moves less than sync's one step would, most as the rate decays. "
-              "One allreduce of a float per variable more a round. Default: on with LAMB in "
-              "flat local mode (where --optimizer auto takes it, from a global batch of 1024; "
-              "then LAMB's cap is sync's, see --max-lr) unless --average-optimizer-state or "
-              "--round-fragments; off otherwise (SGD's mean step is the large batch's). "
-              "Flat rounds of the whole model only: not with --hierarchical-sgd or "
-              "--round-fragments",
+        None, "local mode: stretch each round's mean step to the workers' mean step length",
         # Off where unused, so that a sweep's sync run can put it back (`refused_in`).
         modes=("local",), default_per_mode={"sync": False, "async": False}, before=False)
     round_compression: str | None = _opt(
-        None, "local and async modes: how a round's state travels. none: as it is, in one "
-                "allreduce (with --fp16-allreduce: as fp16 below). fp16, int8 or int4: each "
-                "worker sends its change since the last round (the pseudo-gradient), plus what "
-                "its last round's "
-                "encoding cut off (error feedback), through an alltoall and an allgather, so "
-                "every worker ends the round with the same bits. int8: one byte a value and a "
-                "float32 scale per chunk of at most 1,024 values, about a quarter of float32's "
-                "bytes; int4 two codes a byte and the same scales, about an eighth (as Streaming "
-                "DiLoCo's 4-bit outer gradients); fp16 half. Async mode's default is none, and "
-                "int8 where its period comes to one step (10 workers or more). Local mode's "
-                "default is int8, except "
-                "for rescaled rounds (--rescale-rounds, on by default with LAMB), which travel "
-                "in int4 unless told: at global batches of 1,024 and 2,048 they ended level "
-                "with int8's, at 0.126 of sync's bytes. int8 every 2 steps (--n-sync 2) ended "
-                "above float32 rounds every 5 steps in 22 of 24 LeNet runs at 2 to 32 "
-                "workers, at 0.13 of sync's bytes (BENCHMARKS.md)",
+        None, "how rounds travel: none (float32), fp16, int8 or int4",
         # Async's default depends on the job's period: settled by `plan.settle`.
         ROUND_COMPRESSIONS, modes=LOCAL_MODES,
         default_per_mode={m: c for m, c in DEFAULT_ROUND_COMPRESSION.items() if m != "async"},
         # Rounds before it travelled as they were (fp16 with --fp16-allreduce).
         before="none")
     round_fragments: int = _opt(
-        1, "local and async modes: F > 1 cuts the averaged state, in order, into F "
-           "fragments of about equal bytes (Streaming DiLoCo; a dense or convolution layer "
-           "may be cut between output columns, a BatchNorm layer stays whole); each round "
-           "averages one fragment in turn, so a round's burst is about 1/F of the state and "
-           "each fragment is averaged every F rounds, i.e. every F x --n-sync steps. Epoch ends "
-           "and evaluations (unless --no-epoch-rounds), elastic commits and the run's end "
-           "average every fragment, so the workers agree there; a checkpoint waits for the "
-           "next round, which then averages every fragment, so it comes at most --n-sync "
-           "steps after it falls due. Each fragment keeps its own "
-           "--round-compression residual. Not with --outer-optimizer or --sync-seconds",
+        1, "local and async modes: average one of F fragments of the state a round "
+           "(Streaming DiLoCo)",
         modes=LOCAL_MODES, before=1)
     hierarchical_sgd: bool = _opt(
-        False, "local and async modes: hierarchical local SGD (Lin et al. 2018) for hosts of "
-               "several workers: the workers of one host average gradients every step, as sync "
-               "mode does, in a Horovod process set of their own, and the hosts' models are "
-               "averaged every --n-sync steps. The linear scaling rule counts a host's workers; "
-               "the default period is 2 steps in local mode, as flat local SGD's, and 10/hosts in "
-               "async. Rounds are cut in host shards when every host has as many workers: "
-               "each worker sends its k-th of the state across hosts, a host's k workers "
-               "gather the rest",
+        False, "local and async modes: sync inside each host, local SGD across hosts; period"
+               f" {DEFAULT_HOST_N_SYNC['local']} steps in local mode, "
+               f"{DEFAULT_HOST_N_SYNC['async']} in async",
         modes=LOCAL_MODES)
 
     pin_cores: bool = _opt(
-        False, "give each worker on a machine its own equal share of the CPU cores (all its "
-               "threads, Horovod's too), as MPI's --bind-to core does: workers that share "
-               "cores slow each other down", resumable=True)
+        False, "give each worker on a machine its own equal share of the CPU cores", resumable=True)
     model_parallel: int = _opt(
-        1, "devices each worker splits its model over: 2 puts the columns of alexnet-2col on "
-           "GPUs 2*local_rank and 2*local_rank+1 (or two logical CPUs); workers stay "
-           "data-parallel")
+        1, "devices each worker splits its model over: 2 for alexnet-2col")
 
     deterministic: bool = _opt(
-        False, "repeatable runs: Horovod's tensor fusion off. Which tensors share a fused "
-               "allreduce depends on timing, and with 3 or more workers that changes how "
-               "sums round, so two identical runs drift apart; with it off they repeat "
-               "bitwise on CPU. Each gradient group (--bucket-mb) and each round's state "
-               "then travels as one flat tensor. It cost 29% of LeNet's and 8% of "
-               "ResNet-20's sync throughput at 4 workers on 2 cores. GPU kernels (cuDNN) are "
-               "not made deterministic",
+        False, "repeatable runs: Horovod's tensor fusion off, so identical runs repeat "
+               "bitwise on CPU (slower)",
         resumable=True)  # it changes only how sums round
 
     # Speed.
     mixed_precision: bool = _opt(
         False, "Keras mixed_float16 policy with loss scaling (for GPUs; slow on most CPUs)")
     xla: bool = _opt(
-        False, "XLA: one worker compiles the whole step; several use auto-clustering, since "
-               "Horovod's allreduce has no XLA kernel (on CPU also set "
-               "TF_XLA_FLAGS=--tf_xla_cpu_global_jit)")
+        False, "compile with XLA (on CPU also set TF_XLA_FLAGS=--tf_xla_cpu_global_jit)")
     fp16_allreduce: bool = _opt(
-        False, "send gradients through allreduce as float16 (half the bytes); local and async "
-               "rounds without --round-compression go as --round-compression fp16")
+        False, "send gradients, and rounds without --round-compression, as float16")
     bucket_mb: str = _opt(
-        DEFAULT_BUCKET_MB, "sync mode: average gradients in groups, last layers first, so early "
-                           "groups travel while back-propagation goes on: auto (the model's "
-                           "gradients in about 8 groups), auto:K (K groups), or a size in MB "
-                           "(25; 0: one group)", resumable=True)
+        DEFAULT_BUCKET_MB, "sync mode: average gradients in groups, last layers first: auto,"
+                           " auto:K groups, or MB (0: one group)", resumable=True)
 
     # Output and fault tolerance.
     out: str | None = _opt(None, "run folder (default: runs/<time>-<model>-<mode>)",
                            resumable=True)
     validate: bool = _opt(True, "evaluate on the test split after every epoch", resumable=True)
     eval_every: int = _opt(
-        0, "also evaluate every N steps within epochs, after a round that brings the workers "
-           "to consensus, with a line per evaluation in metrics.jsonl (test_accuracy, "
-           "examples, train_seconds, bytes_allreduced, n_sync in force): the data of time to "
-           "accuracy; 0 turns it off")
+        0, "also evaluate every N steps within epochs, after a round (0: never)")
     eval_examples: int | None = _opt(
-        None, "--eval-every evaluates about this many examples, the same first ones of the "
-              "test split every time (default: all of it)")
+        None, "--eval-every evaluates the test split's first this many examples (default: "
+              "all of it)")
     checkpoint_every: str = _opt(
-        "1epoch", "checkpoint interval: N steps (500, 500steps) or N epochs (2e, 2epochs); in "
-                  "local mode a checkpoint waits for the next averaging round (with epoch "
-                  "rounds an epoch's is at its end; with --no-epoch-rounds, up to a period "
-                  "after it)",
+        "1epoch", "checkpoint interval: N steps (500, 500steps) or N epochs (2e, 2epochs)",
         resumable=True)
     keep_checkpoints: int = _opt(3, "how many of the newest checkpoints to keep", resumable=True)
     resume: str = _opt(
-        "auto", "auto: continue from the newest sound checkpoint in the run folder if there is "
-                "one, with the run's saved options where this command gives the defaults; "
-                "never: refuse a folder that holds a run; or a checkpoint folder to start from",
+        "auto", "auto: continue from the run folder's newest sound checkpoint; never: refuse"
+                " a folder that holds a run; or a checkpoint folder",
         resumable=True)
     elastic: bool = _opt(
-        False, "elastic training: keep going when workers leave or join (run under horovodrun "
-               "--min-np/--max-np --host-discovery-script); needs --out")
+        False, "keep going when workers leave or join (horovodrun --min-np/--max-np); needs "
+               "--out")
     elastic_commit_every: int = _opt(
-        50, "elastic: steps between in-memory commits, the point a lost worker rolls back to")
+        50, "elastic: steps between in-memory commits, where a lost worker rolls back to")
     log_every: float = _opt(
-        30.0, "seconds between progress lines within an epoch (step, epoch, loss, images/sec, "
-              "time left), printed by rank 0 when the output is not a terminal, beside Keras's "
-              "line per epoch; epochs shorter than this get none; 0 turns them off",
+        30.0, "seconds between rank 0's progress lines when the output is not a terminal; 0:"
+              " none",
         resumable=True)
     divergence_guard: bool = _opt(
-        True, f"stop the run, in one line that names the step, the peak rate and the global "
-              f"batch and says what to try, when the training loss averaged over the workers "
-              f"and the last {divergence.WINDOW} steps is not finite, or above "
-              f"{divergence.EXPLODED:g} times where training started (the first step's loss, at "
-              f"least ln(classes), the loss of guessing), or, after warmup, above "
-              f"{divergence.FACTOR:g} times it, or was above that during warmup and "
-              f"has not come back below ln(classes) less {divergence.MARGIN_SHARE:g} x "
-              f"ln(classes) or, if smaller, {divergence.MARGIN_PER_CLASS:.3f} x (classes - 1) "
-              f"(2.07 at 10 classes, 0.668 at 2: a network "
-              f"that blew up and died), or, {divergence.STALL_EPOCHS:g} epochs after warmup and "
-              f"{divergence.STALL_STEPS} steps or more into the run, "
-              f"has never been below it (one that died without rising, or never started; "
-              f"not judged on synthetic data, whose labels are random); checked every "
-              f"{divergence.WINDOW} steps with one allreduce of 8 numbers (with "
-              f"--sync-seconds at epoch ends)", resumable=True)
+        True, "stop a run whose loss is not finite or far above where it started, in one "
+              "line naming the step", resumable=True)
     step_timeout: float = _opt(
-        600.0, "seconds without a finished step before a worker ends the job, naming the step "
-               "(a dead or hung peer would otherwise stall it forever); 0 turns this off",
+        600.0, "seconds without a finished step before a worker ends the job; 0: never",
         resumable=True)
 
     @classmethod

@@ -21,10 +21,9 @@ def test_help_documents_every_option_with_its_default(capsys, monkeypatch):
         assert "--" + f.name.replace("_", "-") in text
         assert " ".join(f.metadata["help"].split()) in text
     assert "(default: 64)" in text and "(default: cosine)" in text and "--config FILE.yaml" in text
-    assert "(default: 2 in local mode, 10/workers in async mode)" in text
-    assert "(default: int8 in local mode)" in text
-    assert "Async mode's default is none, and int8 where its period comes to one" in text
-    assert "29% of LeNet's" in text
+    assert "(default: 2 in local mode, 1 on LAMB; 10/workers in async mode)" in text
+    assert "(default: int8 in local mode, int4 on LAMB; none in async mode, int8 at a " \
+           "period of 1 step)" in text
     switch = text.split("--no-average-optimizer-state ")[1].split(" --outer-optimizer")[0]
     assert switch.endswith("(default: off)") and switch.count("(default:") == 1
 
