@@ -144,7 +144,7 @@ def _add_plan_parser(commands) -> None:
     plan = commands.add_parser(
         "plan", help="show what a training job will do, without starting it",
         usage="hvdtrain plan (--workers N | --hosts H --slots S) [--host-sizes N,N,...] "
-              "[--json] [TRAIN OPTION ...]",
+              "[--link-rate RATE] [--json] [TRAIN OPTION ...]",
         description=PLAN_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("--workers", type=int, default=None,
                       help="workers of the job (default: --hosts x --slots)")
@@ -156,6 +156,9 @@ def _add_plan_parser(commands) -> None:
                       help="each host's workers, in rank order, where hosts differ in size "
                            "(e.g. 6,2): the job's --workers and --hosts; each host's rate "
                            "is given")
+    plan.add_argument("--link-rate", metavar="RATE", default=None,
+                      help="the link between hosts, in tc's units (10mbit, 1gbit), with "
+                           "--hosts 2 or more: the plan notes whether the network binds")
     plan.add_argument("--json", action="store_true", default=False,
                       help="print the plan as one JSON object")
     # Taken, checked and refused as train's are, and listed once, by train's --help.
@@ -207,6 +210,7 @@ def _job_of_host_sizes(args: argparse.Namespace):
 
 
 def _plan(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
 
     from hvdtrain.plan import settle
@@ -216,6 +220,11 @@ def _plan(args: argparse.Namespace) -> int:
     cfg = config_of(args).resolved()  # as the runner takes it
     # What rank 0 of `hvdtrain train` reads and settles, refused in the same one line.
     plan = settle(cfg, job, read_saved_run(cfg))
+    if args.link_rate is not None:
+        from hvdtrain.benchmarks.slow_network import network_note
+
+        note = network_note(plan.config, job.workers, job.hosts, args.link_rate)
+        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
