@@ -304,3 +304,18 @@ def test_a_period_given_in_sync_mode_is_refused_in_one_line_as_other_round_optio
                                 "--n-sync 4 with --mode sync\n")
     assert said["--round-compression"].startswith("hvdtrain: error: --round-compression needs "
                                                   "--mode local or async")
+
+
+def test_link_on_rescaled_rounds_is_a_warning_of_the_plan_and_elsewhere_is_not():
+    stretched = plan_of(16, hosts=2, mode="local", n_sync="link").warnings
+    assert stretched == ("--n-sync link stretches rescaled rounds from every step to up to 8 "
+                         "steps: rescaled rounds every 2 steps ended 1.97 +- 1.68 points below "
+                         "sync at 32 x 64 (LeNet-5, 3 seeds), where every step, the default on "
+                         "LAMB, ended level; link is not measured for time to accuracy",)
+    assert "up to 4 steps" in plan_of(16, hosts=2, mode="local", n_sync="link:15:4").warnings[0]
+    for quiet in (dict(n_sync="link"),                              # SGD: not rescaled
+                  dict(n_sync="link", batch_size=64, rescale_rounds=False, optimizer="lamb"),
+                  dict(n_sync="link:15:1", optimizer="lamb"),       # never past every step
+                  dict(n_sync="auto", optimizer="lamb")):
+        assert plan_of(8 if "optimizer" not in quiet else 16, hosts=2, mode="local",
+                       **quiet).warnings == (), quiet
