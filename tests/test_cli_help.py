@@ -3,6 +3,7 @@ in at most two lines at 80 columns with its default read from the code, the whol
 200 lines; plan's own options first, train's taken but listed once, by train's help."""
 
 import dataclasses
+import os
 import re
 
 import pytest
@@ -12,6 +13,8 @@ from hvdtrain.config import TrainConfig
 from hvdtrain.config_options import OPTION_GROUPS
 from hvdtrain.plan import Job, settle
 from hvdtrain.training import run_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def help_of(command, capsys, monkeypatch) -> str:
@@ -120,3 +123,19 @@ def test_plan_refuses_a_bad_train_option_in_trains_own_line(argv, capsys):
     assert exit_code(["plan", "--workers", "2", *argv]) == 2
     assert capsys.readouterr().err == said_by_train
     assert said_by_train.count("\n") == 1 and said_by_train.startswith("hvdtrain: error: ")
+
+
+def test_the_page_the_help_names_holds_each_groups_long_texts_and_the_numbers_in_code():
+    from hvdtrain.benchmarks.slow_network import SLOW_NETWORK_SHARE
+    from hvdtrain.rounds.periods import LINK_SHARE_RANGE
+
+    page, modes = (open(os.path.join(ROOT, "docs", name), encoding="utf-8").read()
+                   for name in ("configuration.md", "training-modes.md"))
+    at_length = page.split("## Options at length\n")[1].split("\n## ")[0]
+    headings = [line[4:] for line in at_length.splitlines() if line.startswith("### ")]
+    assert [h.lower() for h in headings] == [title for title, _ in OPTION_GROUPS]
+    low, high = LINK_SHARE_RANGE
+    assert f"S is a whole percent from {low} to {high}" in at_length
+    assert "P ≥ r (100 − S) / (S t)" in at_length  # S as the percent the option takes
+    assert f"S a whole percent from {low} to {high}" in modes and "r (100 − S) / (S t)" in modes
+    assert "SLOW_NETWORK_SHARE" in page and f"below {SLOW_NETWORK_SHARE:g}× independent" in page

@@ -37,6 +37,8 @@ QSR_GROWTH = 1.0
 # guard on the workers' drift, since longer periods were not measured with today's rounds.
 # "link:S" and "link:S:M" set the share and the longest period.
 LINK_SHARE_PERCENT = 15
+# S, in whole percent: at 100% a round could take all of a worker's time.
+LINK_SHARE_RANGE = (1, 90)
 LINK_INITIAL_PERIOD = 2
 LINK_MAX_PERIOD = 8
 
@@ -58,7 +60,8 @@ class PeriodError(ConfigError, ValueError):
                         "adaptive period at N, qsr, qsr:B or qsr:B:G for a period of at "
                         "least B steps that grows as the learning rate decays, or link, "
                         "link:S or link:S:M for the period that holds rounds to S% of the "
-                        "time (1 to 90), at most M steps)")
+                        f"time ({LINK_SHARE_RANGE[0]} to {LINK_SHARE_RANGE[1]}), at most M "
+                        "steps)")
         super().__init__(f"a period {self.problem}")
 
 
@@ -145,10 +148,11 @@ def _quadratic(base: str | None, growth: str | None) -> QuadraticPeriod | None:
 
 
 def _link(share: str | None, maximum: str | None) -> LinkPeriod | None:
-    """link's period, or None for a share outside 1 to 90% or a longest period of zero."""
+    """link's period, or None for a share outside `LINK_SHARE_RANGE` or a longest period of
+    zero."""
     percent = int(share) if share else LINK_SHARE_PERCENT
     longest = int(maximum) if maximum else LINK_MAX_PERIOD
-    if not 1 <= percent <= 90 or longest < 1:
+    if not LINK_SHARE_RANGE[0] <= percent <= LINK_SHARE_RANGE[1] or longest < 1:
         return None
     return LinkPeriod(percent, longest, min(LINK_INITIAL_PERIOD, longest))
 
