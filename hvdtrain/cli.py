@@ -216,8 +216,8 @@ def _plan(args: argparse.Namespace) -> int:
     from hvdtrain.plan import settle
     from hvdtrain.training.saved_run import read_saved_run
 
+    cfg = config_of(args).resolved()  # as the runner takes it; a bad option first, as train
     job = _plan_job(args)
-    cfg = config_of(args).resolved()  # as the runner takes it
     # What rank 0 of `hvdtrain train` reads and settles, refused in the same one line.
     plan = settle(cfg, job, read_saved_run(cfg))
     if args.link_rate is not None:
