@@ -11,7 +11,7 @@ WORKERS ?= 2
 EPOCHS ?= 2
 VERBOSE ?= $(HVDTRAIN_VERBOSE)
 
-.PHONY: setup setup-slurm demo test test-long test-scale test-fast test-cluster test-slurm image test-image test-image-gpu check-gpu-build gpu-check clean
+.PHONY: setup setup-slurm demo test test-ci test-all test-long test-scale test-fast test-cluster test-slurm image test-image test-image-gpu check-gpu-build gpu-check clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,16 @@ test: setup
 # after `make test`.
 test-long: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "long and not cluster and not image" $(PYTEST_ARGS)
+
+# What CI runs after `make test` (.ci/run): the real jobs marked `ci` among test-long's and
+# test-cluster's, a job or two per feature (the two-worker jobs of every round form, a
+# killed and an elastic job, a sweep, a bench, two hosts over ssh, an elastic host lost),
+# sized to CI's 45-minute budget on this project's slowest 2-core machine.
+test-ci: setup
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "ci and not image and not slurm" $(PYTEST_ARGS)
+
+# Every test: what CI runs and the rest of the long, scale, cluster, Slurm and image sets.
+test-all: test test-long test-scale test-cluster test-slurm test-image
 
 # One job of 16 workers on this machine (LeNet, 3 steps: consensus, summary.json, each
 # worker's thread pools, rank 0's one warning), kept out of `make test` for its start-up

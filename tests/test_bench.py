@@ -330,6 +330,7 @@ def test_the_exchange_clock_counts_the_wait_from_the_inputs_to_the_outputs():
     assert exchange_clock(model) is clock and exchange_clock(object()) is None
 
 
+@pytest.mark.ci
 @pytest.mark.long
 @pytest.mark.multiprocess
 def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
@@ -481,6 +482,7 @@ def test_bench_under_horovodrun_measures_that_job(tmp_path):
     assert "--workers 4 under horovodrun, which started 2" in wrong.stderr + wrong.stdout
 
 
+@pytest.mark.long  # 14 seconds here
 @pytest.mark.multiprocess
 def test_gradient_averaging_times_its_exchange_inside_the_step_and_only_while_it_averages(
         tmp_path):

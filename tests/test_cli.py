@@ -132,6 +132,7 @@ def test_a_run_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path, out, r
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_missing_init_weights_file_is_one_line(tmp_path, idx_dataset_dir):
     result = subprocess.run(
@@ -148,6 +149,7 @@ def _older_config(**changes) -> str:
     return yaml.safe_dump(dict(TrainConfig().to_dict(), **changes), sort_keys=False)
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_a_folder_that_holds_a_run_is_not_overwritten(tmp_path, idx_dataset_dir):
     run = tmp_path / "run"
@@ -163,6 +165,7 @@ def test_a_folder_that_holds_a_run_is_not_overwritten(tmp_path, idx_dataset_dir)
     assert (run / "config.yaml").read_text() == saved
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_the_same_command_after_an_upgrade_goes_on_with_the_runs_options(tmp_path,
                                                                         idx_dataset_dir):
@@ -182,6 +185,7 @@ def test_the_same_command_after_an_upgrade_goes_on_with_the_runs_options(tmp_pat
     assert json.loads((run / "summary.json").read_text())["global_batch"] == 32
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_single_process_run_without_horovodrun(tmp_path, idx_dataset_dir):
     out = tmp_path / "run"
@@ -196,6 +200,7 @@ def test_single_process_run_without_horovodrun(tmp_path, idx_dataset_dir):
     assert summary["test_accuracy"] > 0.5    # the generated pattern is easy; chance is 0.1
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_a_diverging_run_ends_in_the_guards_one_line_without_a_traceback(tmp_path,
                                                                           idx_dataset_dir):
@@ -245,6 +250,7 @@ def test_data_to_tfrecords_then_train_on_them(tmp_path):
     assert summary["steps_per_epoch"] == 2 and summary["parameters"] > 20_000_000
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_data_bench_reports_pipeline_throughput_as_json(idx_dataset_dir):
     result = _run("data", "bench", "--data-dir", idx_dataset_dir, "--batch-size", "16",
@@ -254,6 +260,7 @@ def test_data_bench_reports_pipeline_throughput_as_json(idx_dataset_dir):
     assert report["images_per_sec"] > 0 and report["ci95"] >= 0 and report["batches"] == 20
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_data_tools_reject_bad_arguments(tmp_path):
     result = _run("data", "to-tfrecords", str(tmp_path / "none"), str(tmp_path / "out"))
@@ -262,6 +269,7 @@ def test_data_tools_reject_bad_arguments(tmp_path):
     assert result.returncode == 2 and "--batches and --workers must be positive" in result.stderr
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--mixed-precision", "--xla"])
 def test_speed_options_train_in_one_process(tmp_path, idx_dataset_dir, flag):
@@ -272,6 +280,7 @@ def test_speed_options_train_in_one_process(tmp_path, idx_dataset_dir, flag):
     assert summary["total_steps"] == 4 and math.isfinite(summary["test_loss"])
 
 
+@pytest.mark.long  # a training process of 8 to 12 seconds here
 @pytest.mark.slow
 def test_weights_for_another_image_size_are_refused_in_one_line(tmp_path):
     import tensorflow as tf

@@ -223,6 +223,7 @@ def test_the_exit_status_is_the_commands():
     assert run_cluster(["--hosts", "1", "--", "sh", "-c", "exit 7"], timeout=60).returncode == 7
 
 
+@pytest.mark.long  # 12 seconds here
 @needs_cluster
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
@@ -271,6 +272,7 @@ def horovodrun_over_ssh(workers: int, hosts_file: str, *command: str) -> list[st
             "--gloo", "--network-interface", "eth0", "--start-timeout", "60", *command]
 
 
+@pytest.mark.ci
 @needs_cluster
 @pytest.mark.slow
 @pytest.mark.multiprocess
@@ -392,6 +394,7 @@ def test_a_sync_jobs_gradients_really_cross_every_hosts_nic(tmp_path):
             assert 1.0 <= sent[direction] / ring_bytes <= 1.15, (name, direction, sent, ring_bytes)
 
 
+@pytest.mark.ci
 @needs_cluster
 @pytest.mark.slow
 @pytest.mark.multiprocess

@@ -190,6 +190,7 @@ def _assert_left_and_came_back(proc, output: str, out, epochs: int, slots: int) 
     assert json.loads((out / "summary.json").read_text())["workers"] == 3 * slots
 
 
+@pytest.mark.ci
 def test_an_elastic_job_goes_on_without_a_host_that_left_the_network_and_takes_it_back(tmp_path):
     """h3's NIC goes down in epoch 2 (no reset reaches anyone: its peers' allreduce
     waits for Horovod's gloo timeout, and its ssh session for the keep-alives, 15 s).

@@ -53,6 +53,7 @@ def results(tmp_path_factory):
     return {name: load_rank_files(str(root), name) for name in RUNS}
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
 @pytest.mark.parametrize("name", ["int8", "int4", "fp16", "int8_adam_state", "int8_rescaled"])
@@ -64,6 +65,7 @@ def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
 def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results):
@@ -71,6 +73,7 @@ def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results):
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
 def test_compressed_rounds_train_near_the_float32_rounds(results):
@@ -80,6 +83,7 @@ def test_compressed_rounds_train_near_the_float32_rounds(results):
         assert moved < 0.02 * np.abs(plain).max(), name
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
 def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):

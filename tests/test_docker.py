@@ -238,6 +238,7 @@ def test_make_check_gpu_build_runs_the_gpu_check_make_test_no_gpu_build_and_test
     assert '-m "image or image_gpu"' in rules["test-image"]
 
 
+@pytest.mark.long  # a job of 16 seconds here
 @pytest.mark.multiprocess
 def test_the_smoke_test_every_image_ends_with_passes_on_two_workers():
     result = horovodrun("python", os.path.join(ROOT, "docker", "smoke_test.py"), timeout=180)

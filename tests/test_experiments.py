@@ -303,6 +303,7 @@ def test_every_grid_run_is_loaded_as_its_own_train_command_loads_it(tmp_path):
     assert configs["w4-n2-cold"].out == str(tmp_path / "w4-n2-cold")
 
 
+@pytest.mark.ci
 @pytest.mark.long
 @pytest.mark.multiprocess
 def test_sweep_trains_the_grid_then_tabulates_and_plots_it(tmp_path, idx_dataset_dir):

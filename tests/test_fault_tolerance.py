@@ -458,6 +458,7 @@ def _checkpoints(out):
     return CheckpointStore(str(out / "checkpoints")).checkpoints()
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("mode", [
     (),
@@ -526,6 +527,7 @@ def test_a_two_worker_checkpoint_resumes_on_one_worker_in_examples(tmp_path, idx
     _assert_progress_in_examples(out, epochs=2)
 
 
+@pytest.mark.long  # a job of 10 to 20 seconds here
 @pytest.mark.slow
 def test_a_run_without_epoch_rounds_resumed_from_an_epoch_checkpoint_is_the_run_that_went_on(
         tmp_path, idx_dataset_dir):
@@ -591,6 +593,7 @@ def _kill_during_a_save(command, out, log) -> list[str]:
     return _tmp_folders(out / "checkpoints")
 
 
+@pytest.mark.long  # a job of 10 to 20 seconds here
 @pytest.mark.slow
 def test_killed_during_frequent_saves_leaves_only_whole_checkpoints(tmp_path, idx_dataset_dir):
     out = tmp_path / "run"
@@ -618,6 +621,7 @@ def test_killed_during_frequent_saves_leaves_only_whole_checkpoints(tmp_path, id
     assert not _tmp_folders(out / "checkpoints")
 
 
+@pytest.mark.long  # a job of 10 to 20 seconds here
 @pytest.mark.slow
 def test_non_finite_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_path, idx_dataset_dir):
     out = tmp_path / "run"
@@ -638,6 +642,7 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_pa
                 assert np.all(np.isfinite(value)), (path, name)
 
 
+@pytest.mark.long  # a job of 10 to 20 seconds here
 @pytest.mark.multiprocess
 def test_the_divergence_guard_stops_both_workers_at_the_same_step(tmp_path, idx_dataset_dir):
     # Two workers of 8 at rate 4 (peak 0.25): the loss spikes to about 40 within 20 steps.
@@ -771,6 +776,7 @@ def _finish(proc, timeout=240):
             proc.kill()
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("mode", [
     (),

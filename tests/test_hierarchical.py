@@ -56,6 +56,8 @@ def results(tmp_path_factory):
     return {name: load_rank_files(str(root), name, workers=4) for name in RUNS}
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_a_hosts_workers_agree_after_every_step_and_all_after_every_round(results):
     ranks = results["every3"]
@@ -72,6 +74,8 @@ def test_a_hosts_workers_agree_after_every_step_and_all_after_every_round(result
         np.testing.assert_array_equal(r["final"], ranks[0]["final"])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_hierarchical_rounds_every_step_of_plain_sgd_are_large_batch_sgd(results):
     hierarchical, sync = results["every1"][0]["final"], results["sync"][0]["final"]
@@ -79,6 +83,8 @@ def test_hierarchical_rounds_every_step_of_plain_sgd_are_large_batch_sgd(results
     assert not np.allclose(results["every1"][0]["steps"][0], results["every1"][0]["steps"][-1])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_a_hierarchy_whose_outer_period_equals_its_inner_one_is_flat_local_sgd(results):
     """Momentum is kept per host (on the host's averaged gradients) or per worker; both are
@@ -93,6 +99,8 @@ def test_a_hierarchy_whose_outer_period_equals_its_inner_one_is_flat_local_sgd(r
     assert not np.allclose(flat[0]["steps"][0], flat[0]["steps"][-1])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     summary = json.loads(str(results["every3"][0]["summary"]))
@@ -113,6 +121,8 @@ def test_the_summary_records_the_hosts_and_the_period_in_hosts(results):
     assert "hierarchical" not in json.loads(str(results["sync"][0]["summary"]))
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_int8_rounds_between_hosts_leave_every_worker_on_the_same_bits(results):
     ranks = results["every3_int8"]
@@ -129,6 +139,8 @@ def test_int8_rounds_between_hosts_leave_every_worker_on_the_same_bits(results):
     assert summary["bytes_allreduced_within_host"] == 7 * 4 * summary["parameters"]
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_fragmented_rounds_between_hosts_average_one_fragment_in_turn(results):
     ranks = results["every3_f2"]
@@ -164,6 +176,8 @@ def qsr_rounds(steps: int) -> list[int]:
     return rounds
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_rounds_across_hosts_follow_the_quadratic_rule_and_leave_every_worker_agreeing(results):
     ranks = results["qsr_cosine"]

@@ -11,6 +11,7 @@ from conftest import horovodrun, load_rank_files
 pytestmark = pytest.mark.multiprocess
 
 
+@pytest.mark.long  # a job of 17 seconds here
 def test_horovods_distributed_optimizer_never_averages_on_keras_3(tmp_path):
     horovodrun("horovod_keras_layer_worker.py", str(tmp_path))
     ranks = load_rank_files(str(tmp_path), "horovod-keras")

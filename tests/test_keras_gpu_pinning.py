@@ -48,6 +48,7 @@ def test_pin_gpu_false_leaves_every_gpu_visible(eight_gpus, monkeypatch):
     assert calls == [] and started == [{}]
 
 
+@pytest.mark.long  # a job of 16 seconds here
 @pytest.mark.multiprocess
 def test_workers_started_by_horovodrun_take_their_entry_of_cuda_visible_devices(monkeypatch):
     """Horovod's own local ranks, through CUDA's renumbering of the GPUs a job may use

@@ -38,6 +38,8 @@ def test_the_readme_example_compiles_without_xla_as_a_gpu_host_needs():
         assert isinstance(jit, ast.Constant) and jit.value is False, ast.unparse(call)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # a two-worker job of 25 seconds here
 def test_readme_example_runs_on_two_workers_and_ends_in_consensus(tmp_path):
     # The example as printed, plus a few lines that save what each rank ends with.
     script = tmp_path / "train.py"
@@ -83,6 +85,7 @@ def layer_results(tmp_path_factory):
     return str(root)
 
 
+@pytest.mark.long  # a two-worker job of 25 seconds here
 def test_local_sgd_finds_gradient_averaging_wrapped_around_a_loss_scale_optimizer(layer_results):
     ranks = load_rank_files(layer_results, "local")
     # The warm start's 4 steps averaged their gradients; the 12 local steps after did not.

@@ -65,6 +65,7 @@ def run(command, env, **kwargs):
 
 # --- several hosts on one machine ---
 
+@pytest.mark.long  # a job of 15 to 20 seconds here
 @pytest.mark.multiprocess
 def test_two_hosts_on_one_machine_train_with_one_worker_each(tmp_path):
     """localhost and 127.0.0.1 are two hosts to Horovod: cross size 2, local size 1.
@@ -117,6 +118,7 @@ def test_local_sh_rejects_a_bad_worker_count_in_one_line(fake_horovodrun, worker
                              f"integer, got '{workers}'\n")
 
 
+@pytest.mark.long  # a job of 15 to 20 seconds here
 @pytest.mark.multiprocess
 def test_local_sh_trains_and_horovodrun_gets_the_tuning_flags(tmp_path):
     data_dir = write_learnable_idx_dataset(str(tmp_path / "data"), train=256, test=64)
@@ -155,6 +157,7 @@ def quiet_venv(tmp_path) -> str:
     return str(bin_dir)
 
 
+@pytest.mark.long  # a job of 15 to 20 seconds here
 @pytest.mark.multiprocess
 def test_a_plain_horovodrun_of_the_venv_prints_no_tensorflow_notice(tmp_path):
     # The README's command as a user types it: no hvdtrain.quiet, no TF_CPP_MIN_LOG_LEVEL.

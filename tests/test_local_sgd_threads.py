@@ -105,6 +105,7 @@ def test_rounds_every_step_of_plain_sgd_are_large_batch_sgd():
                                    atol=1e-6, err_msg=f"after step {step + 1}")
 
 
+@pytest.mark.long  # 17 seconds here
 def test_async_rounds_by_the_quadratic_rule_meet_when_workers_skip_different_steps():
     """A LossScaleOptimizer does not count a step whose gradients overflowed, and each
     worker overflows on its own data: the workers' optimizers count different steps. The

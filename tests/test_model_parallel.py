@@ -280,6 +280,7 @@ def placement(tmp_path_factory):
         return {key: data[key] for key in data.files}
 
 
+@pytest.mark.long  # 15 seconds here
 @pytest.mark.slow
 def test_configure_devices_splits_the_cpu_into_two_logical_devices(placement):
     for key in ("devices", "devices_again", "logical_cpus"):

@@ -89,6 +89,8 @@ def _assert_same_on_both_ranks(ranks, key, atol=1e-6):
     np.testing.assert_allclose(ranks[0][key], ranks[1][key], rtol=0, atol=atol)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_a_one_worker_warm_start_logs_rank_0s_steps_then_the_mean(trained):
     root, results, _ = trained
     ranks = results["resnet_local_single"]  # 2 warm-start steps, then 3 local ones
@@ -106,11 +108,15 @@ def test_a_one_worker_warm_start_logs_rank_0s_steps_then_the_mean(trained):
 
 # --- synchronous data parallelism (foundation) ---
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_sync_training_leaves_identical_weights_on_all_ranks(trained):
     _, results, _ = trained
     _assert_same_on_both_ranks(results["sync"], "trainable", atol=0)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_each_rank_trains_on_its_own_disjoint_shard(trained):
     _, results, _ = trained
     shard0, shard1 = results["sync"][0]["shard"], results["sync"][1]["shard"]
@@ -118,6 +124,8 @@ def test_each_rank_trains_on_its_own_disjoint_shard(trained):
     assert sorted(np.concatenate([shard0, shard1]).tolist()) == list(range(512))
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_epoch_metrics_are_averaged_so_all_ranks_agree(trained):
     _, results, _ = trained
     h0, h1 = results["sync"][0]["history"], results["sync"][1]["history"]
@@ -126,6 +134,8 @@ def test_epoch_metrics_are_averaged_so_all_ranks_agree(trained):
         assert h0[key] == pytest.approx(h1[key], rel=1e-9), key
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_only_rank_0_writes_the_run_folder_and_progress(trained):
     root, results, output = trained
     run = root / "run-sync"
@@ -154,6 +164,8 @@ def test_only_rank_0_writes_the_run_folder_and_progress(trained):
     assert "[0]<stdout>:hvdtrain: plan: sync mode, 2 workers" in output.stdout
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 @pytest.mark.parametrize("name", ["sync", "plain_local3"])
 def test_step_log_holds_every_step_averaged_over_workers(trained, name):
     root, results, _ = trained
@@ -171,6 +183,8 @@ def test_step_log_holds_every_step_averaged_over_workers(trained, name):
         assert 1 - np.mean([s["error"] for s in chunk]) == pytest.approx(epoch["accuracy"], abs=1e-4)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_summary_reports_the_run(trained):
     root, results, _ = trained
     summary = json.loads((root / "run-sync" / "summary.json").read_text())
@@ -188,6 +202,8 @@ def test_summary_reports_the_run(trained):
     assert summary["round_seconds"] == 0.0  # no state-averaging rounds in sync mode
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_mixed_precision_local_sgd_averages_gradients_in_the_warm_start_only(trained):
     _, results, _ = trained
     ranks = results["mixed_local_warm"]
@@ -200,6 +216,8 @@ def test_mixed_precision_local_sgd_averages_gradients_in_the_warm_start_only(tra
 OVERFLOW = {"rank": 1, "steps": [1, 2, 5]}   # all in the first fit's 7 steps
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_steps_skipped_for_overflow_on_one_rank_move_no_rounds(trained):
     """The two epochs of 7 and 6 steps take two fits. Rank 1's optimizer skips three
     updates of the first; the second fit still starts both ranks at step 7, so their
@@ -215,6 +233,8 @@ def test_steps_skipped_for_overflow_on_one_rank_move_no_rounds(trained):
     _assert_same_on_both_ranks(ranks, "trainable", atol=0)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_rank_0s_state_is_broadcast_once_per_run_not_once_per_fit(trained):
     _, results, _ = trained
     # Weights and momentum of 61,706 float32 parameters, plus a few optimizer scalars:
@@ -225,6 +245,8 @@ def test_rank_0s_state_is_broadcast_once_per_run_not_once_per_fit(trained):
         assert state <= sent < state + 1024, name
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_gradient_groups_change_how_gradients_travel_not_what_is_learned(trained):
     _, results, _ = trained
     _assert_same_on_both_ranks(results["plain_sync_buckets"], "trainable", atol=0)
@@ -234,6 +256,8 @@ def test_gradient_groups_change_how_gradients_travel_not_what_is_learned(trained
         results["plain_sync"][0]["summary"]["bytes_allreduced"]
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_sync_mode_averages_batchnorm_statistics_at_epoch_end(trained):
     _, results, _ = trained
     _assert_same_on_both_ranks(results["resnet_sync"], "trainable", atol=0)
@@ -243,6 +267,8 @@ def test_sync_mode_averages_batchnorm_statistics_at_epoch_end(trained):
 
 # --- local SGD ---
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_local_sgd_with_n_sync_1_matches_synchronous_sgd(trained):
     _, results, _ = trained
     sync, local = results["plain_sync"][0]["trainable"], results["plain_local1"][0]["trainable"]
@@ -252,6 +278,8 @@ def test_local_sgd_with_n_sync_1_matches_synchronous_sgd(trained):
     assert np.abs(results["plain_local3"][0]["trainable"] - sync).max() > 1e-5
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_a_period_per_worker_trains_as_the_number_it_comes_to(trained):
     _, results, _ = trained
     ranks = results["plain_local_per_worker"]
@@ -261,6 +289,8 @@ def test_a_period_per_worker_trains_as_the_number_it_comes_to(trained):
     assert ranks[0]["summary"]["averaging_rounds"] == 3
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_a_rate_following_period_rounds_at_its_base_while_the_rate_holds_and_less_as_it_falls(
         trained):
     _, results, _ = trained
@@ -273,6 +303,8 @@ def test_a_rate_following_period_rounds_at_its_base_while_the_rate_holds_and_les
     assert decaying[0]["summary"]["averaging_rounds"] == 6
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_a_period_that_follows_the_link_leaves_both_ranks_alike_on_real_collectives(trained):
     root, results, _ = trained
     ranks = results["plain_local_link"]
@@ -284,6 +316,8 @@ def test_a_period_that_follows_the_link_leaves_both_ranks_alike_on_real_collecti
     assert 1 <= epoch["n_sync"] <= 8                             # the period in force
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_slowmo_with_alpha_1_beta_0_matches_plain_local_sgd(trained):
     _, results, _ = trained
     np.testing.assert_allclose(results["slowmo_identity"][0]["trainable"],
@@ -293,6 +327,8 @@ def test_slowmo_with_alpha_1_beta_0_matches_plain_local_sgd(trained):
     assert np.abs(momentum[0]["trainable"] - results["plain_local3"][0]["trainable"]).max() > 1e-5
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_local_sgd_counts_rounds_and_bytes(trained):
     _, results, _ = trained
     gradient_bytes = 61_706 * 4
@@ -304,6 +340,8 @@ def test_local_sgd_counts_rounds_and_bytes(trained):
     assert results["plain_sync"][0]["summary"]["bytes_allreduced"] == 8 * gradient_bytes
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 @pytest.mark.parametrize("name, warm_start, gradient_steps, compression", [
     ("resnet_local_warm", "sync", 2, "none"),      # post-local SGD
     ("resnet_local_single", "single", 0, "none"),  # Paine's one-worker warm start
@@ -329,6 +367,8 @@ def test_local_sgd_with_batchnorm_and_a_warm_start_ends_in_consensus(trained, na
         "local", 5, 5, 2, 2, gradient_bytes, state_bytes, 0, warm_start=warm_start)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_init_weights_start_every_rank_from_a_saved_model(trained):
     _, results, _ = trained
     for rank in results["warm_from_sync"]:
@@ -420,6 +460,7 @@ def test_throughput_is_the_jobs_examples_over_the_jobs_span_when_a_worker_starts
         assert rank["summary"]["images_per_sec"] < inflated / 2
 
 
+@pytest.mark.long  # one job of 20 runs (or a failing one): about 2 minutes here, make test keeps the probe job
 def test_a_failing_worker_ends_the_whole_job(tmp_path):
     result = horovodrun("crash_worker.py", timeout=180, check=False)
     assert result.returncode != 0

@@ -47,6 +47,8 @@ def _rounds(rank) -> tuple[int, list[float]]:
     return summary["averaging_rounds"], history["averaging_rounds"]
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 45 seconds here
 def test_the_runs_fits_hold_rounds_every_n_sync_steps_and_at_the_runs_end_only(results):
     assert len(fit_phases(0, 200, 4, 16)) == 4  # the run is cut into four fits
     ranks = results["fits"]
@@ -57,6 +59,8 @@ def test_the_runs_fits_hold_rounds_every_n_sync_steps_and_at_the_runs_end_only(r
     np.testing.assert_array_equal(ranks[1]["final"], ranks[0]["final"])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 45 seconds here
 def test_the_last_epochs_checkpoint_holds_the_model_the_run_ends_with(results):
     ranks = results["epoch_saves"]
     # After steps 4 and 8, and at the run's end; the first epoch's checkpoint waited for 8.
@@ -65,6 +69,8 @@ def test_the_last_epochs_checkpoint_holds_the_model_the_run_ends_with(results):
         np.testing.assert_array_equal(ranks[0]["checkpoint_12"], rank["final"])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 45 seconds here
 @pytest.mark.parametrize("run, steps", [("epoch_saves", [8]), ("step_saves", [4, 8])])
 def test_every_checkpoint_holds_the_model_that_training_went_on_from(results, run, steps):
     ranks = results[run]

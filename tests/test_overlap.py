@@ -62,6 +62,8 @@ def _means(snapshots):
     return means
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 30 seconds here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("stem, tolerance", [("rule", 2e-7), ("rule_fp16", 3e-5)])
 def test_a_round_gives_each_rank_the_mean_of_the_snapshots_plus_its_own_progress(
@@ -81,6 +83,8 @@ def test_a_round_gives_each_rank_the_mean_of_the_snapshots_plus_its_own_progress
     assert not np.array_equal(ranks[0]["after"][0], ranks[1]["after"][0])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 30 seconds here
 @pytest.mark.multiprocess
 def test_with_fp16_the_reference_stays_common_so_a_blocking_round_agrees(results):
     ranks = results["rule_fp16"]
@@ -88,6 +92,8 @@ def test_with_fp16_the_reference_stays_common_so_a_blocking_round_agrees(results
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 30 seconds here
 @pytest.mark.multiprocess
 def test_the_distance_is_each_ranks_snapshot_weights_from_their_mean(results):
     ranks = results["rule"]
@@ -97,6 +103,8 @@ def test_the_distance_is_each_ranks_snapshot_weights_from_their_mean(results):
         assert float(r["distance"]) == pytest.approx(np.sqrt(squared), rel=1e-5)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 30 seconds here
 @pytest.mark.multiprocess
 def test_inside_fit_a_round_applied_later_adds_the_mean_minus_the_snapshot(results):
     ranks = results["fit"]
@@ -112,6 +120,8 @@ def test_inside_fit_a_round_applied_later_adds_the_mean_minus_the_snapshot(resul
     assert not np.array_equal(ranks[0]["after"][4][0], ranks[1]["after"][4][0])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 30 seconds here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("prefix", ["", "aligned_"])
 def test_every_epoch_ends_in_consensus_after_metric_averaging_with_a_round_in_flight(
@@ -125,6 +135,8 @@ def test_every_epoch_ends_in_consensus_after_metric_averaging_with_a_round_in_fl
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 30 seconds here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("prefix, rounds, log", [
     # n_sync 3: steps 3, 6, 9, 12, 15, 18 start rounds; the epoch ends 10 and 20 block.

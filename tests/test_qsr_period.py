@@ -195,6 +195,7 @@ def test_a_checkpoint_keeps_the_rate_schedule_and_a_new_callback_goes_on_with_it
     assert at_start == [learnt]
 
 
+@pytest.mark.long  # 10 seconds here
 def test_hosts_at_different_rates_set_one_period_and_their_overlapped_rounds_meet():
     """Hierarchical hosts of unequal size train at different peak rates (each scales its
     own: here 0.075 on a host of two, 0.05 on a host of one). A worker that set the period

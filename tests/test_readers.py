@@ -303,6 +303,7 @@ def test_image_folder_names_its_broken_image_without_training(tmp_path):
     assert problems[data.train_paths.index(broken) % 2].startswith(f"{broken}: undecodable image")
 
 
+@pytest.mark.long  # 12 seconds here
 @pytest.mark.slow
 def test_training_on_a_folder_with_a_broken_image_names_it(tmp_path):
     folder = write_image_folder(str(tmp_path / "imgs"), classes=2, train_per_class=4, val_per_class=1)

@@ -50,6 +50,7 @@ def _agreeing(ranks, step: int, fragments) -> set[tuple]:
                            _shapes(ranks), fragments)
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
 @pytest.mark.parametrize("name", ["f2", "f2_int8"])
@@ -62,6 +63,7 @@ def test_a_period_round_leaves_only_its_fragment_agreeing_and_the_end_all(result
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
 def test_overlapped_fragment_rounds_end_the_epoch_on_the_same_bits(results):
@@ -72,6 +74,7 @@ def test_overlapped_fragment_rounds_end_the_epoch_on_the_same_bits(results):
     assert all(_agreeing(ranks, step, fragments) == set() for step in range(1, 8))
 
 
+@pytest.mark.ci
 @pytest.mark.multiprocess
 @pytest.mark.long  # one horovodrun job of five trainings, kept out of make test
 def test_the_summary_counts_the_fragment_each_period_round_sent(results):

@@ -49,6 +49,7 @@ def _start(options: dict, environ: dict[str, str]) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.long  # 8 to 10 seconds here
 @pytest.mark.skipif(len(CORES) < 2, reason="needs two cores to share")
 def test_a_hierarchical_worker_is_pinned_before_horovod_starts_tensorflows_runtime():
     seen = _start(dict(HIERARCHICAL, pin_cores=True),
@@ -58,6 +59,7 @@ def test_a_hierarchical_worker_is_pinned_before_horovod_starts_tensorflows_runti
     assert seen["pools"] == list(pool_sizes(len(mine))) and seen["cores_per_worker"] == len(mine)
 
 
+@pytest.mark.long  # 8 to 10 seconds here
 def test_emulated_hosts_size_the_pools_by_the_whole_jobs_workers_before_horovod_starts():
     # One worker on each of len(CORES) + 1 emulated hosts: more workers than the cores.
     workers = len(CORES) + 1

@@ -97,6 +97,8 @@ STEP = 1e-4
 F32_HALF_ULP_AT_1 = 2.0 ** -24
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 def test_fp16_rounds_send_the_change_so_a_small_update_survives(ranks):
     # Compressing the weights themselves rounds 1 + 5e-5 to 1: the update is lost...
@@ -114,6 +116,8 @@ def test_fp16_rounds_send_the_change_so_a_small_update_survives(ranks):
     assert int(ranks[0]["fp16_payload"]) == quantize.payload_bytes(1, 2, "fp16") == 4
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 def test_fp16_slowmo_follows_the_exact_outer_steps_of_small_updates(ranks):
     rows = _same_on_both_ranks(ranks, "slowmo")  # per round: weight, buffer u, anchor x0
@@ -129,12 +133,16 @@ def test_fp16_slowmo_follows_the_exact_outer_steps_of_small_updates(ranks):
     assert u < -1e-3  # momentum built from updates that rounding the weights would lose
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 def test_fp16_hand_over_from_rank_0_sends_its_change(ranks):
     chief = _same_on_both_ranks(ranks, "chief")[0]
     assert abs(chief - float(F32(1.0 + STEP))) <= STEP * 2.0 ** -11 + F32_HALF_ULP_AT_1
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("optimizer", ["Adam", "Adadelta", "Adamax"])
 @pytest.mark.parametrize("kind", ["mean", "chief"])
@@ -152,6 +160,8 @@ def _pooled(means, variances):
     return mean, (variances + means ** 2).mean(axis=0) - mean ** 2
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("key", ["pooled", "sync_mode"])
 def test_batchnorm_variance_is_pooled_across_workers(ranks, key):
@@ -165,6 +175,8 @@ def test_batchnorm_variance_is_pooled_across_workers(ranks, key):
     assert variance[0] == pytest.approx(2.0)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 def test_hand_over_from_rank_0_takes_its_batchnorm_statistics_as_they_are(ranks):
     from workers.state_averaging_worker import BN_MEANS, BN_VARIANCES
@@ -174,6 +186,8 @@ def test_hand_over_from_rank_0_takes_its_batchnorm_statistics_as_they_are(ranks)
     np.testing.assert_array_equal(variance, F32(BN_VARIANCES[0]))
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 def test_fp16_rounds_pool_batchnorm_variance_from_the_changes(ranks):
     from workers.state_averaging_worker import (BASE_MEAN, BASE_VARIANCE, MEAN_STEPS,
@@ -194,6 +208,8 @@ def test_fp16_rounds_pool_batchnorm_variance_from_the_changes(ranks):
                                rtol=0, atol=3e-4 * 2.0 ** -10 + 2.0 ** -25)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes 35 seconds here
 @pytest.mark.multiprocess
 def test_local_sgd_fit_with_fp16_and_slowmo_ends_every_round_in_consensus(ranks):
     # Different initial weights per rank: the references are taken after the broadcast.

@@ -217,6 +217,7 @@ def test_a_diverged_runs_curve_is_drawn_to_its_last_logged_step_and_labelled(tmp
                                               "step to plot"
 
 
+@pytest.mark.long  # a sweep of 13 seconds here
 @pytest.mark.slow
 def test_a_real_sweep_records_a_diverging_run_and_tabulates_the_finished_one(tmp_path, capsys,
                                                                               idx_dataset_dir):

@@ -138,6 +138,8 @@ def results(tmp_path_factory):
             for mode in (*MODES, "slowmo", "long", "refused")}
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_a_period_longer_than_an_epoch_logs_every_epoch_it_passed_and_trains_no_more(results):
     summary = json.loads(str(results["long"][0]["summary"]))
@@ -157,6 +159,8 @@ def test_a_period_longer_than_an_epoch_logs_every_epoch_it_passed_and_trains_no_
     assert summary["examples_trained"] // epoch_examples == lines[-1]["epoch"]
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_a_fit_of_several_epochs_with_timed_rounds_is_refused_in_one_line(results):
     for rank in results["refused"]:
@@ -165,6 +169,8 @@ def test_a_fit_of_several_epochs_with_timed_rounds_is_refused_in_one_line(result
         assert "\n" not in message
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("mode", MODES)
 def test_both_ranks_run_the_same_rounds_while_the_faster_takes_more_steps(results, mode):
@@ -177,6 +183,8 @@ def test_both_ranks_run_the_same_rounds_while_the_faster_takes_more_steps(result
         assert json.loads(str(r["summary"]))["steps_per_worker"] == [fast, slow]
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("mode", MODES)
 def test_every_epoch_ends_in_consensus_on_the_jobs_examples_and_schedule_step(results, mode):
@@ -202,6 +210,8 @@ def test_every_epoch_ends_in_consensus_on_the_jobs_examples_and_schedule_step(re
     assert summary["examples_trained"] == BATCH * sum(summary["steps_per_worker"])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("mode", MODES)
 def test_the_step_log_has_a_line_per_step_of_each_worker(results, mode):
@@ -215,6 +225,8 @@ def test_the_step_log_has_a_line_per_step_of_each_worker(results, mode):
     assert walls == sorted(walls)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("mode", MODES)
 def test_bytes_count_the_state_and_the_report_of_every_round(results, mode):
@@ -229,6 +241,8 @@ def test_bytes_count_the_state_and_the_report_of_every_round(results, mode):
     assert per_round == state + 8 * 3
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their job takes over a minute here
 @pytest.mark.multiprocess
 def test_slowmo_with_timed_rounds_leaves_both_ranks_on_the_same_weights(results):
     """The outer step divides by and multiplies with the inner rate: taken at each
