@@ -32,10 +32,10 @@ demo: setup
 test: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not cluster and not image and not image_gpu and not long and not scale and not slurm" $(PYTEST_ARGS)
 
-# The jobs of 10 seconds or more each (killed and hung workers, elastic resizes, sweeps,
-# benches, bitwise repeats), kept out of `make test` to hold it to 8 minutes here;
-# about 9 minutes itself (docs/development.md has what each target costs). CI runs it
-# after `make test`.
+# The jobs of 8 seconds or more each here (the two-worker jobs of every round form, killed
+# and hung workers, elastic resizes, sweeps, benches, bitwise repeats), kept out of `make
+# test` to hold it to 8 minutes here (docs/development.md has what each target costs).
+# CI runs those marked `ci` (test-ci).
 test-long: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "long and not cluster and not image" $(PYTEST_ARGS)
 
@@ -51,19 +51,19 @@ test-all: test test-long test-scale test-cluster test-slurm test-image
 
 # One job of 16 workers on this machine (LeNet, 3 steps: consensus, summary.json, each
 # worker's thread pools, rank 0's one warning), kept out of `make test` for its start-up
-# (16 TensorFlows on 2 cores): 4 tests, 67 s here. CI runs it after `make test-long`.
+# (16 TensorFlows on 2 cores): 4 tests.
 test-scale: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m scale $(PYTEST_ARGS)
 
-# Horovod jobs on an emulated cluster (hvdtrain cluster: root, namespaces, sshd); about
-# about 12 minutes here (17 tests, 2 cores). CI runs it after `make test-scale`; skipped, with the reason, without root.
+# Horovod jobs on an emulated cluster (hvdtrain cluster: root, namespaces, sshd):
+# 17 tests; CI runs the three marked `ci` (test-ci); skipped, with the reason, without root.
 test-cluster: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster $(PYTEST_ARGS)
 
 # Slurm and Open MPI on an emulated cluster (hvdtrain cluster --slurm, mpirun over ssh):
 # as root, installs Debian's slurm-wlm, munge and Open MPI without starting a daemon,
 # and builds Horovod with MPI into $(MPI_VENV) (the wheel is cached; ~5 minutes the
-# first time here). CI runs it after test-cluster; skipped, with the reason, without root.
+# first time here). Skipped, with the reason, without root.
 MPI_VENV ?= .venv-mpi
 setup-slurm:
 	bash launch/install-packages.sh slurm-wlm munge openmpi-bin libopenmpi-dev
@@ -81,8 +81,7 @@ image:
 	BASE=$(BASE) GPU=$(GPU) bash launch/image.sh
 
 # The images as the hosts of an emulated cluster (root, podman): builds hvdtrain:cpu and
-# hvdtrain:gpu first (cached), from Debian's packages, and runs both images' tests. CI runs
-# it last. Podman and mmdebstrap are installed first where they can be (root, apt); where
+# hvdtrain:gpu first (cached), from Debian's packages, and runs both images' tests. Podman and mmdebstrap are installed first where they can be (root, apt); where
 # they cannot, the tests are skipped with the reason. From an empty image store here the
 # CPU image took 6 minutes and the GPU image (CUDA wheels, an nvcc, Horovod's CUDA kernels)
 # the time docker/README.md gives; cached, seconds, and a change to hvdtrain's code a few

@@ -105,6 +105,7 @@ def test_unknown_model_is_one_line_before_tensorflow_is_imported():
         "resnet50, resnet20, resnet32, resnet56, got 'nosuch'")
 
 
+@pytest.mark.long  # a training process of 8 to 9 seconds here
 @pytest.mark.slow
 def test_missing_data_exits_non_zero_naming_the_folder(tmp_path):
     result = subprocess.run(
@@ -115,6 +116,7 @@ def test_missing_data_exits_non_zero_naming_the_folder(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.long  # a training process of 8 to 9 seconds here
 @pytest.mark.slow
 @pytest.mark.parametrize("out, reason", [
     ("/proc/forbidden/run", "/proc/forbidden: No such file or directory"),

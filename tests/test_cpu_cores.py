@@ -63,6 +63,7 @@ print(json.dumps({"cores": cores, "threads": threads,
 """
 
 
+@pytest.mark.long  # a process of 8 seconds here
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share")
 def test_a_pinned_worker_keeps_every_thread_on_its_own_slice_and_sizes_tfs_pools_to_it():
     import json

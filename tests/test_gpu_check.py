@@ -49,6 +49,7 @@ def test_two_gpus_of_a_cuda_build_are_not_refused():
     assert gpu_check.refusal(True, 2) is None
 
 
+@pytest.mark.long  # a process of 8 seconds here
 def test_gpu_check_here_says_why_in_one_line_and_exits_nonzero():
     """This machine has a CPU TensorFlow and no GPU: the check starts no job."""
     done = subprocess.run([sys.executable, "-m", "hvdtrain.benchmarks.gpu_check"], cwd=ROOT,

@@ -85,6 +85,7 @@ def layer_results(tmp_path_factory):
     return str(root)
 
 
+@pytest.mark.ci
 @pytest.mark.long  # a two-worker job of 25 seconds here
 def test_local_sgd_finds_gradient_averaging_wrapped_around_a_loss_scale_optimizer(layer_results):
     ranks = load_rank_files(layer_results, "local")
@@ -93,6 +94,8 @@ def test_local_sgd_finds_gradient_averaging_wrapped_around_a_loss_scale_optimize
     np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their two-worker job takes 25 seconds here
 def test_a_second_fit_keeps_each_workers_own_momentum_and_broadcasts_nothing(layer_results):
     ranks = load_rank_files(layer_results, "local")
     # Rank 1 starts the second fit with the momentum it ended the first with, not rank 0's.
@@ -106,6 +109,8 @@ def test_a_second_fit_keeps_each_workers_own_momentum_and_broadcasts_nothing(lay
     assert 2 * 18 * 4 < sent < 2 * (2 * 18 * 4)
 
 
+@pytest.mark.ci
+@pytest.mark.long  # their two-worker job takes 25 seconds here
 def test_sync_layer_with_loss_scaling_keeps_ranks_identical_and_skips_overflow_together(
         layer_results):
     ranks = load_rank_files(layer_results, "sync")

@@ -192,6 +192,7 @@ def test_two_columns_compute_the_grouped_one_tower_alexnet():
     np.testing.assert_allclose(two_col(x, training=False).numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.long  # a process of two logical devices, or two loss-scale traces: 15 seconds here
 @pytest.mark.slow
 @pytest.mark.parametrize("loss_scale", [False, True])
 def test_training_step_with_colocated_gradients_matches_keras_tape_step(loss_scale):
@@ -287,6 +288,7 @@ def test_configure_devices_splits_the_cpu_into_two_logical_devices(placement):
         assert placement[key].tolist() == [CPU0, CPU1], key
 
 
+@pytest.mark.long  # a process of two logical devices, or two loss-scale traces: 15 seconds here
 def test_split_model_computes_what_the_one_device_model_computes(placement):
     split = placement["out_split"]
     assert np.abs(split).max() > 1e-2  # logits large enough for the tolerance to mean something
@@ -295,6 +297,7 @@ def test_split_model_computes_what_the_one_device_model_computes(placement):
     np.testing.assert_allclose(placement["out_moved"], split, rtol=0, atol=1e-5)
 
 
+@pytest.mark.long  # a process of two logical devices, or two loss-scale traces: 15 seconds here
 def test_a_whole_split_model_saved_as_keras_loads_again_and_predicts_the_same(placement):
     # Loaded in this process, which imported the module but never built the saved model.
     loaded = keras.models.load_model(str(placement["saved"]))
@@ -305,6 +308,7 @@ def test_a_whole_split_model_saved_as_keras_loads_again_and_predicts_the_same(pl
     assert loaded.optimizer.iterations.numpy() == 2  # the optimizer's state came too
 
 
+@pytest.mark.long  # a process of two logical devices, or two loss-scale traces: 15 seconds here
 def test_each_column_keeps_its_variables_and_optimizer_slots_on_its_device(placement):
     for key in ("variables", "optimizer_variables"):
         assert not _misplaced(placement[key]), key
@@ -312,11 +316,13 @@ def test_each_column_keeps_its_variables_and_optimizer_slots_on_its_device(place
     assert len(placement["variables"]) == 2 * (2 * len(WEIGHTED_LAYERS)) + 2
 
 
+@pytest.mark.long  # a process of two logical devices, or two loss-scale traces: 15 seconds here
 def test_each_column_really_runs_on_its_device(placement):
     conv5_col0, conv5_col1, logits = placement["ran_on"]
     assert conv5_col0.endswith(CPU0) and conv5_col1.endswith(CPU1) and logits.endswith(CPU0)
 
 
+@pytest.mark.long  # a process of two logical devices, or two loss-scale traces: 15 seconds here
 def test_training_step_runs_each_columns_forward_and_backward_on_its_device(placement):
     _assert_training_step_on_column_devices(placement["step_ops"])
 

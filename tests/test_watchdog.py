@@ -312,6 +312,7 @@ def test_in_a_real_fit_the_message_counts_every_step_run_several_per_call(clock,
     assert len(fired) == 1 and "after step 8 of this fit" in fired[0]
 
 
+@pytest.mark.long  # a training process of 8 seconds here
 def test_a_run_is_watched_from_each_fits_start_and_through_the_final_evaluation(
         tmp_path, monkeypatch):
     from hvdtrain import comm
