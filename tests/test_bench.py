@@ -238,6 +238,35 @@ def test_a_bench_row_records_its_settled_optimizer_and_round_compression():
     assert {"optimizer", "round_compression"} <= set(CSV_COLUMNS)
 
 
+def test_a_default_period_is_timed_at_the_period_each_jobs_plan_settles():
+    """`--n-sync default`: each job times the period `hvdtrain train` settles for its size
+    and optimizer, and its row says which."""
+    from hvdtrain.benchmarks.throughput import as_planned, train_config
+    from hvdtrain.plan import Job, settle
+
+    setups = _bench_setups("--modes", "local,async", "--n-sync", "default,10")
+    assert [s.n_sync for s in setups] == ["default", 10, "default", 10]
+    for workers in (2, 16):
+        planned = [as_planned(s, workers) for s in setups]
+        for given, timed in zip(setups, planned):
+            settled = settle(train_config(given, 60, "out", False).resolved(), Job(workers))
+            assert timed.n_sync == settled.period, (workers, given.label)
+    assert [s.label for s in (as_planned(s, 16) for s in setups)] == [
+        "local, n_sync 2, int8", "local, n_sync 10, int8", "async, n_sync 1, int8",
+        "async, n_sync 10"]
+    lamb = _bench_setups("--modes", "local", "--n-sync", "default", "--optimizer", "lamb")
+    assert as_planned(lamb[0], 16).n_sync == 1  # LAMB's rescaled rounds, every step
+
+
+def test_a_bench_period_is_steps_or_default_and_nothing_else():
+    from hvdtrain.benchmarks.bench import _periods
+    from hvdtrain.errors import ConfigError
+
+    assert _periods("default,5, 10") == ["default", 5, 10]
+    with pytest.raises(ConfigError, match="--n-sync"):
+        _periods("default,qsr")
+
+
 def test_bench_rounds_default_to_trainings_own_and_fp16_allreduce_makes_async_rounds_fp16():
     from hvdtrain.benchmarks.throughput import as_planned
 

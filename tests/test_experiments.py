@@ -398,3 +398,25 @@ def test_a_warm_start_as_long_as_a_run_at_the_most_workers_stops_the_sweep_befor
                    "workers; nothing has trained: change the shared options, or leave local "
                    "out of --modes")
     assert trained == [] and not out.exists()
+
+
+def test_a_default_period_run_trains_without_n_sync_and_its_row_gives_the_settled_period(
+        tmp_path):
+    """`--n-sync default` in a sweep: each run takes the period `hvdtrain train` settles
+    for its job, so its command gives none, and its row reads the period from plan.json."""
+    from hvdtrain.benchmarks.experiments import _settled_period, parse_period_list
+
+    periods = parse_period_list("default,10")
+    runs = grid([4], periods, ["cold"], ("local", "async"))
+    assert [r.name for r in runs] == ["w4-ndefault-cold", "w4-n10-cold",
+                                      "w4-async-ndefault-cold", "w4-async-n10-cold"]
+    default_local = runs[0].train_options(0)
+    assert "--n-sync" not in default_local and default_local[:2] == ["--mode", "local"]
+    assert runs[1].train_options(0)[:4] == ["--mode", "local", "--n-sync", "10"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "plan.json").write_text(json.dumps({"period": 2}))
+    assert _settled_period(runs[0], str(run_dir)) == {"n_sync": 2}
+    assert _settled_period(runs[1], str(run_dir)) == {}
+    with pytest.raises(ConfigError, match="'defaults' is none"):
+        parse_period_list("defaults")

@@ -20,6 +20,7 @@ from hvdtrain.config import (DEFAULT_BUCKET_MB, DEFAULT_ROUND_COMPRESSION, LOCAL
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import AUTO, BENCH_OPTIMIZER
+from hvdtrain.rounds.periods import TRAINS_DEFAULT
 
 MODES = ("sync", *LOCAL_MODES, "independent", "horovod")
 # Hierarchical local SGD (--hierarchical-sgd): a host's workers average gradients every
@@ -87,8 +88,8 @@ SETUP_OPTIONS = (
              "--slots or a hostfile of several slots) (default: sync,local,independent)")),
     ("--n-sync", dict(
         default="10,100",
-        help="local mode: steps between averagings, comma-separated; one setup each "
-             "(default: 10,100)")),
+        help="local mode: steps between averagings, comma-separated; one setup each; "
+             "default: the period hvdtrain train settles for each job (default: 10,100)")),
     ("--round-fragments", dict(
         default="1", metavar="F[,F...]",
         help="local and async modes: one setup per value, whose rounds each average one of "
@@ -235,7 +236,7 @@ def _setups(args, cfg) -> list[dict]:
     for name in _modes(args.modes, args.optimizer):
         mode, hierarchical = HIERARCHICAL_OF.get(name, name), name in HIERARCHICAL_OF
         local = mode in LOCAL_MODES
-        n_syncs = parse_int_list(args.n_sync, "--n-sync") if local else [None]
+        n_syncs = _periods(args.n_sync) if local else [None]
         buckets = bucket_specs if mode == "sync" else [bucket_specs[0]]
         counts, codings = (fragments, compressions) if local else ([1], ["none"])
         setups += [dict(common, mode=mode, n_sync=n, bucket_mb=b, hierarchical=hierarchical,
@@ -245,6 +246,14 @@ def _setups(args, cfg) -> list[dict]:
             setups += [dict(common, mode=mode, n_sync=None, sync_seconds=t, round_compression=c)
                        for t in periods for c in compressions]
     return setups
+
+
+def _periods(text: str) -> list[int | str]:
+    """--n-sync's steps, each a number or `default` (what each job's plan settles)."""
+    words = [word.strip() for word in str(text).split(",")]
+    numbers = ",".join(word for word in words if word != TRAINS_DEFAULT)
+    counts = iter(parse_int_list(numbers, "--n-sync") if numbers else [])
+    return [word if word == TRAINS_DEFAULT else next(counts) for word in words]
 
 
 def _round_compressions(text: str | None, fp16_allreduce: bool) -> list[str | None]:

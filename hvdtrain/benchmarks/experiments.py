@@ -42,7 +42,8 @@ from hvdtrain.config import (MODES, TrainConfig, load_config, option_flag,
 from hvdtrain.config_options import add_config_options, add_train_options, config_of
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.plan import Job, settle
-from hvdtrain.rounds.periods import PeriodError, parse_period, period_label, period_name
+from hvdtrain.rounds.periods import (TRAINS_DEFAULT, PeriodError, parse_period, period_label,
+                                     period_name)
 from hvdtrain.stats import sliding_mean
 from hvdtrain import files
 from hvdtrain.training import run_folder
@@ -90,7 +91,8 @@ class GridRun:
             return ["--mode", "sync", *(option for name, default in refused_in("sync")
                                         if default is not None  # None: not given
                                         for option in _option_at(name, default))]
-        options = ["--mode", HIERARCHICAL_OF.get(self.mode, self.mode), "--n-sync", str(self.n_sync)]
+        period = [] if self.n_sync == TRAINS_DEFAULT else ["--n-sync", str(self.n_sync)]
+        options = ["--mode", HIERARCHICAL_OF.get(self.mode, self.mode), *period]
         if self.mode in HIERARCHICAL_OF:
             options.append("--hierarchical-sgd")
         if self.start in WARM_START_OF:
@@ -138,12 +140,14 @@ def _local_runs(count: int, n_syncs: list, starts: list[str], mode: str,
     runs = []
     for n_sync in periods_for(n_syncs, count, hosts):
         for start in dict.fromkeys(starts):
-            runs.append(GridRun(f"w{count}-{tag}n{period_name(n_sync)}-{start}", count, n_sync,
-                                start, mode))
+            name = n_sync if n_sync == TRAINS_DEFAULT else period_name(n_sync)
+            runs.append(GridRun(f"w{count}-{tag}n{name}-{start}", count, n_sync, start, mode))
     return runs
 
 
 def _per_host(n_sync) -> bool:
+    if n_sync == TRAINS_DEFAULT:
+        return False
     period = parse_period(n_sync)
     return getattr(period, "per", "") == "hosts"
 
@@ -160,7 +164,8 @@ def add_parser(commands) -> None:
                         help="local-SGD periods for more than one worker: numbers, N/workers "
                              "(resolved per worker count; `hvdtrain plan` shows train's default), "
                              "auto (auto:N), the adaptive period, or link (link:S:M), the period "
-                             "that follows the link (default: 1,10,100,600)")
+                             "that follows the link, or default: the period hvdtrain train "
+                             "settles for each job (default: 1,10,100,600)")
     parser.add_argument("--modes", default="local",
                         help="any of sync (one synchronous run per worker count), local, "
                              "async (rounds behind training), hlocal and hasync (hierarchical: "
@@ -222,10 +227,20 @@ def saved_round_form(run_dir: str) -> dict:
 def _row(run: GridRun, run_dir: str, window: int, shared_seed: int) -> dict:
     summary = files.read_json(os.path.join(run_dir, run_folder.SUMMARY))
     curve = load_curve(run_dir)
-    return {**_identity(run, shared_seed), **saved_round_form(run_dir), "status": FINISHED,
+    return {**_identity(run, shared_seed), **_settled_period(run, run_dir),
+            **saved_round_form(run_dir), "status": FINISHED,
             "diverged_step": "", "diverged_reason": "",
             "final_training_error": sliding_mean(curve.error, window)[-1],
             **{k: summary[k] for k in SUMMARY_COLUMNS}}
+
+
+def _settled_period(run: GridRun, run_dir: str) -> dict:
+    """A `--n-sync default` run's row gives the period its plan settled (plan.json)."""
+    if run.n_sync != TRAINS_DEFAULT:
+        return {}
+    path = os.path.join(run_dir, run_folder.PLAN)
+    period = files.read_json(path).get("period") if os.path.exists(path) else None
+    return {"n_sync": period or TRAINS_DEFAULT}
 
 
 def _diverged_row(run: GridRun, marker: dict, shared_seed: int, run_dir: str) -> dict:
@@ -430,7 +445,7 @@ def parse_period_list(text: str) -> list[int | str]:
     """'10,50,auto,link' -> [10, 50, 'auto', 'link']: each a --n-sync that `hvdtrain train`
     takes."""
     values = [part.strip() for part in str(text).split(",")]
-    for value in values:
+    for value in (v for v in values if v != TRAINS_DEFAULT):
         try:
             parse_period(value)
         except PeriodError as exc:
@@ -443,7 +458,8 @@ def periods_for(n_syncs: list[int | str], workers: int, hosts: int = 1) -> list[
     """The periods of one worker count's runs, each once: N/workers (and N/hosts) becomes
     its number of steps, so '10,40/workers' at 4 workers is one run, named and trained as
     n_sync 10."""
-    return list(dict.fromkeys(period_label(n, workers, hosts) for n in n_syncs))
+    return list(dict.fromkeys(n if n == TRAINS_DEFAULT else period_label(n, workers, hosts)
+                              for n in n_syncs))
 
 
 def add_time_to_target(rows: list[dict], run_dirs: list[str], target: float | None) -> None:

@@ -35,6 +35,7 @@ from hvdtrain.keras.gradient_averaging import has_gradient_averaging
 from hvdtrain.keras.state import variable_bytes
 from hvdtrain.optimizer_choice import BENCH_OPTIMIZER
 from hvdtrain.plan import Job, settle
+from hvdtrain.rounds.periods import TRAINS_DEFAULT
 from hvdtrain.training.start import StartedWorker, start_worker
 
 DATASET_OF = {"device": "synthetic-device", "host": "synthetic"}
@@ -48,7 +49,7 @@ class Setup:
     batch_size: int        # per worker
     shape: str             # HxWxC
     mode: str              # one of MODES
-    n_sync: int | None     # local mode only
+    n_sync: int | str | None  # local mode only; TRAINS_DEFAULT: the job's settled period
     steps: int             # timed steps (rounded up to whole n_sync periods in local mode)
     warmup_steps: int
     window: int
@@ -88,6 +89,8 @@ def train_config(setup: Setup, total_steps: int, out: str, pin_cores: bool):
     mode = setup.mode if setup.mode in ("sync", "async") else "local"
     # Independent workers: local SGD whose first round would come after the last step.
     n_sync = (setup.n_sync or 1) if setup.mode in LOCAL_MODES else total_steps + 1
+    if n_sync == TRAINS_DEFAULT:
+        n_sync = None  # left to the config's default for the mode and optimizer
     local = dict(n_sync=n_sync, sync_seconds=setup.sync_seconds,
                  round_compression=setup.round_compression,
                  round_fragments=setup.round_fragments) if mode in LOCAL_MODES else {}
@@ -110,12 +113,25 @@ def as_planned(setup: Setup, workers: int) -> Setup:
     are fp16 rounds. The plain-Horovod reference trains SGD as it is (`plain_horovod`)."""
     if setup.mode == "horovod":
         return replace(setup, round_compression="none")
+    setup = _with_settled_period(setup, workers)
     steps = setup.warmup_steps + rounded_steps(
         setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
     cfg = settle(train_config(setup, steps, "", False), Job(workers)).config
     compression = (rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
                    if setup.mode in LOCAL_MODES else setup.round_compression or "none")
     return replace(setup, optimizer=cfg.optimizer, round_compression=compression)
+
+
+def _with_settled_period(setup: Setup, workers: int) -> Setup:
+    """A `--n-sync default` setup at the period `hvdtrain train` settles for this job; a
+    rule (qsr, auto, link) is refused, since the bench times whole periods of steps."""
+    if setup.n_sync != TRAINS_DEFAULT:
+        return setup
+    period = settle(train_config(setup, 1, "", False), Job(workers)).period
+    if not isinstance(period, int):
+        raise ConfigError(f"--n-sync default: a {setup.mode} job of {workers} workers settles "
+                          f"on --n-sync {period}, a rule the bench does not time; give steps")
+    return replace(setup, n_sync=period)
 
 
 def _gradient_exchange(model: keras.Model, fp16: bool):

@@ -42,6 +42,10 @@ LINK_SHARE_RANGE = (1, 90)
 LINK_INITIAL_PERIOD = 2
 LINK_MAX_PERIOD = 8
 
+# `hvdtrain sweep` and `hvdtrain bench`: "--n-sync default" measures the period that
+# `hvdtrain train` settles for each job (`hvdtrain.plan.settle`), not a period of its own.
+TRAINS_DEFAULT = "default"
+
 _GRAMMAR = re.compile(r"(\d+)|auto(?::(\d+))?|(\d+)/(workers?|hosts?)(?::(\d+))?")
 _QSR = re.compile(r"qsr(?::(\d+)(?::(\d+(?:\.\d*)?|\.\d+))?)?")
 _LINK = re.compile(r"link(?::(\d+)(?::(\d+))?)?")
