@@ -363,7 +363,7 @@ def _rescales_by_default(cfg: TrainConfig) -> bool:
 
 def _flat_local_period(optimizer: str) -> int | None:
     """Flat local mode's default period: every step on LAMB, else every 2 steps; None while
-    `--optimizer auto` has not chosen (`hvdtrain.optimizer_choice.settled`)."""
+    `--optimizer auto` has not chosen (`hvdtrain.plan.settle` chooses)."""
     if optimizer == "auto":
         return None
     return DEFAULT_LOCAL_LAMB_N_SYNC if optimizer == "lamb" else DEFAULT_N_SYNC["local"]
