@@ -72,13 +72,20 @@ def host_sizes(slots: Iterable) -> str:
     return ",".join(str(count) for count in counts.values())
 
 
-def hosts_from_environment(env: Mapping[str, str]) -> int | None:
-    """How many hosts hvdtrain's horovodrun started the job on (`HOST_SIZES`, the same for
-    every worker), or None when another launcher started it."""
+def sizes_from_environment(env: Mapping[str, str]) -> tuple[int, ...] | None:
+    """Each host's workers as hvdtrain's horovodrun started the job (`HOST_SIZES`, the same
+    for every worker), or None when another launcher started it."""
     try:
-        return len([int(size) for size in env[HOST_SIZES].split(",")])
+        return tuple(int(size) for size in env[HOST_SIZES].split(","))
     except (KeyError, ValueError):
         return None
+
+
+def hosts_from_environment(env: Mapping[str, str]) -> int | None:
+    """How many hosts hvdtrain's horovodrun started the job on, or None when another
+    launcher started it."""
+    sizes = sizes_from_environment(env)
+    return None if sizes is None else len(sizes)
 
 
 def layout_from_environment(env: Mapping[str, str]) -> HostLayout | None:
@@ -86,11 +93,13 @@ def layout_from_environment(env: Mapping[str, str]) -> HostLayout | None:
     worker's own place agrees; else None (the sets are then made after the start)."""
     if env.get(ELASTIC) == "1":
         return None
+    sizes = sizes_from_environment(env)
     try:
-        sizes = [int(size) for size in env[HOST_SIZES].split(",")]
         rank, size, local_rank, local_size, cross_rank, cross_size = (
             int(env[name]) for name in PLACE_VARIABLES)
     except (KeyError, ValueError):
+        return None
+    if sizes is None:
         return None
     if set(sizes) != {local_size} or len(sizes) != cross_size or sum(sizes) != size:
         return None

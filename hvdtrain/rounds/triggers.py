@@ -104,10 +104,10 @@ class ConsensusWanted:
             self._waiting.written()
 
     def note_epoch_end(self, epochs_done: int, agree: bool) -> None:
-        """At the end of the `epochs_done`-th epoch, after its round if it held one."""
-        if agree:
-            self._waiting.written()
-        else:
+        """At the end of the `epochs_done`-th epoch, after its round if it held one: an
+        epoch save where the workers still differ waits for them."""
+        self.note_agreement(agree)
+        if not agree:
             self._waiting.after_epoch(epochs_done)
 
     def take(self) -> bool:

@@ -23,7 +23,7 @@ from hvdtrain.config import TrainConfig, parse_shape
 from hvdtrain.data import DataSource, load_dataset
 from hvdtrain.errors import ConfigError, PeerLostError
 from hvdtrain.keras.state import ModelStateAverager, reseed_dropout
-from hvdtrain.machine.host_layout import HOST_SIZES
+from hvdtrain.machine.host_layout import sizes_from_environment
 from hvdtrain.optimizer_choice import AUTO, took_lamb_notice
 from hvdtrain.plan import Job, RunPlan, settle
 from hvdtrain.progress import FitPhase, TrainingProgress, fit_phases
@@ -173,10 +173,7 @@ def _job() -> Job:
 def _unequal_host_sizes(env, workers: int, hosts: int) -> tuple[int, ...]:
     """Each host's workers from hvdtrain's horovodrun (`HOST_SIZES`), when they differ
     and still describe this job (an elastic job's environment is its first launch's)."""
-    try:
-        sizes = tuple(int(size) for size in env[HOST_SIZES].split(","))
-    except (KeyError, ValueError):
-        return ()
+    sizes = sizes_from_environment(env) or ()
     return sizes if len(set(sizes)) > 1 and (len(sizes), sum(sizes)) == (hosts, workers) \
         else ()
 
