@@ -467,6 +467,8 @@ def test_a_failing_worker_ends_the_whole_job(tmp_path):
     assert "allreduce completed" not in result.stdout
 
 
+@pytest.mark.ci
+@pytest.mark.long  # a two-worker CLI job of 30 seconds here
 def test_cli_two_workers_learn_fashion_mnist_subset(tmp_path):
     data_dir = "/usr/share/datasets/fashion-mnist"
     if not os.path.isdir(data_dir):  # the install step puts it there; fall back to our own files
