@@ -1,5 +1,5 @@
 """`hvdtrain plan --json` prints the plan that `hvdtrain train` writes to plan.json, for
-every job the invariant matrix runs (tests/invariant_matrix.py): both read one YAML file
+every job the invariant matrix runs (pairs and triples) (tests/invariant_matrix.py): both read one YAML file
 of the cell's options through their own command lines, the plan command for the cell's
 job shape given as flags, the trainer for the workers Horovod reports."""
 
@@ -20,6 +20,10 @@ from hvdtrain.training import run_folder, runner
 from hvdtrain.training.saved_run import read_saved_run
 
 PAIRWISE = matrix.cells(strength=2)
+# The triples beyond them, which test-long's matrix runs.
+_PAIRS = {matrix.cell_id(cell) for cell in PAIRWISE}
+TRIPLES = [cell for cell in matrix.cells(3, including=tuple(PAIRWISE))
+           if matrix.cell_id(cell) not in _PAIRS]
 
 
 def _config_file(cell, folder) -> str:
@@ -60,14 +64,25 @@ def _written_plan(path: str, cell) -> dict:
         return json.load(fh)
 
 
-@pytest.mark.parametrize("cell", PAIRWISE, ids=matrix.cell_id)
-def test_the_plan_command_prints_the_plan_the_trainer_writes_for_each_matrix_job(
-        cell, tmp_path, capsys):
-    path = _config_file(cell, str(tmp_path))
+def _check_printed_equals_written(cell, folder, capsys) -> None:
+    path = _config_file(cell, folder)
     printed = _printed_plan(path, cell, capsys)
     written = _written_plan(path, cell)
     capsys.readouterr()  # the trainer's plan lines, printed on rank 0
     assert printed == written
+
+
+@pytest.mark.parametrize("cell", PAIRWISE, ids=matrix.cell_id)
+def test_the_plan_command_prints_the_plan_the_trainer_writes_for_each_matrix_job(
+        cell, tmp_path, capsys):
+    _check_printed_equals_written(cell, str(tmp_path), capsys)
+
+
+@pytest.mark.long  # alongside test-long's matrix, whose jobs these are
+@pytest.mark.parametrize("cell", TRIPLES, ids=matrix.cell_id)
+def test_the_plan_command_prints_the_plan_the_trainer_writes_for_each_long_matrix_job(
+        cell, tmp_path, capsys):
+    _check_printed_equals_written(cell, str(tmp_path), capsys)
 
 
 def test_a_plan_that_differs_from_the_trainers_is_seen(tmp_path, capsys):
