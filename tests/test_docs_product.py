@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from hvdtrain.cli import build_parser
+from test_docs_figures import glance_table
 from test_docs_links import MACHINE_PATH, ROOT, prose_lines, tracked_markdown
 
 BENCHMARKS = "BENCHMARKS.md"
@@ -80,16 +81,8 @@ def test_benchmarks_is_a_results_page_of_at_most_1000_lines():
 
 def glance_rows() -> list[list[str]]:
     """The cells of each body row of the table under "Results at a glance"."""
-    lines = _lines(BENCHMARKS)
-    start = next(i for i, line in enumerate(lines)
-                 if re.match(r"^#+\s+Results at a glance", line))
-    table = []
-    for line in lines[start + 1:]:
-        if line.startswith("#"):
-            break
-        if line.startswith("|"):
-            table.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    return [row for row in table[2:]]  # the header and its rule left out
+    with open(os.path.join(ROOT, BENCHMARKS), encoding="utf-8") as fh:
+        return glance_table(fh.read())
 
 
 def test_the_glance_table_has_at_most_15_rows_of_cells_of_at_most_40_words():
