@@ -55,7 +55,7 @@ DIMENSIONS: dict[str, tuple] = {
     "mode": ("local", "async"),                  # blocking rounds, or overlapped (async)
     "hosts": ("flat", "equal", "unequal"),       # flat local SGD, or hierarchical on hosts
     "period": ("steps", "qsr", "auto", "link"),
-    "compression": ("none", "int8", "int4"),     # how a round travels ("none": float32)
+    "compression": ("none", "int8", "int4", "topk"),  # how a round travels ("none": float32)
     "fragments": (1, 2),
     "epoch_rounds": (True, False),
     "checkpoints": ("epochs", "steps"),

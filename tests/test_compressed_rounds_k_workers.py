@@ -255,3 +255,40 @@ def test_a_second_fit_in_consensus_keeps_what_the_last_round_owes(fragments):
         callback._world = world.world_id + 1  # as after an elastic reset
         callback._start_together()
         assert not any(p.compressed.residual.numpy().any() for p in parts)
+
+
+
+def run_topk_rounds(workers: int, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """`rounds` topk rounds, the first of each worker's own values and the rest of no
+    change, checking after each that every worker took the same bits and that what was
+    meant is taken or still owed; returns what was meant and what was taken."""
+    exchanges = exchanges_for(workers, "topk")
+    values = worker_values(workers, seed=20 + workers)
+    zeros = [[np.zeros_like(a) for a in values[0]] for _ in range(workers)]
+    meant = np.mean([flat(v) for v in values], axis=0)
+    taken = np.zeros_like(meant)
+    for t in range(rounds):
+        results = run_round(exchanges, values if t == 0 else zeros)
+        for other in results[1:]:
+            for a, b in zip(results[0], other):
+                np.testing.assert_array_equal(a, b)
+        taken += flat(results[0])
+        owed = np.mean([ex.residual.numpy().astype(np.float64) for ex in exchanges], axis=0)
+        np.testing.assert_allclose(taken, meant - owed[:meant.size], rtol=0, atol=1e-5)
+        if t == 0:  # the first round took only a thirty-second of each chunk, or less
+            assert 0 < np.count_nonzero(taken) / meant.size <= 1.5 / 32
+    return meant, taken
+
+
+def test_topk_rounds_agree_bit_for_bit_and_lose_nothing():
+    # A topk round sends 1/32 of each chunk: most of a change waits in the residuals, but
+    # every worker takes the same bits, and what was meant is taken or still owed.
+    meant, taken = run_topk_rounds(3, rounds=2)
+    assert np.abs(taken - meant).max() > 0.1 * np.abs(meant).max()  # much is still owed
+
+
+@pytest.mark.long  # 35 and 75 seconds here
+@pytest.mark.parametrize("workers", [2, 4])
+def test_topk_rounds_of_no_change_deliver_what_is_owed(workers):
+    meant, taken = run_topk_rounds(workers, rounds=48)
+    assert np.abs(taken - meant).max() < 0.05 * np.abs(meant).max()

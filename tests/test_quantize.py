@@ -42,7 +42,7 @@ def test_fp16_round_trip_is_float16_rounding():
     np.testing.assert_array_equal(back, values.astype(np.float16).astype(np.float32))
 
 
-@pytest.mark.parametrize("compression", ["fp16", "int8", "int4"])
+@pytest.mark.parametrize("compression", ["fp16", "int8", "int4", "topk"])
 def test_encoded_rows_decode_shard_by_shard(compression):
     values = chunks_of(np.random.default_rng(2), 6)
     rows = quantize.encode(tf.constant(values), 3, compression)
@@ -117,3 +117,28 @@ def test_int4_chunks_are_even_and_its_payload_half_a_byte_a_value_and_the_scales
     assert rows.shape == (1, 2 + 4)
     np.testing.assert_allclose(quantize.decode(rows, "int4", 4).numpy(),
                                [[1.0, -2.0, 3.5, 0.0]], atol=3.5 / 14)
+
+
+def test_topk_keeps_each_chunks_largest_values_to_half_a_step_and_zeros_the_rest():
+    chunk, keep = quantize.TOPK_CHUNK, quantize.TOPK_KEEP
+    values = chunks_of(np.random.default_rng(5), 3)  # 12 topk chunks of their own sizes
+    back = quantize.round_trip(tf.constant(values), "topk").numpy().reshape(-1, chunk)
+    values = values.reshape(-1, chunk)
+    largest = np.argsort(-np.abs(values), axis=1)[:, :keep]
+    for row, kept in enumerate(largest):
+        assert set(np.flatnonzero(back[row])) == set(kept)
+        step = np.abs(values[row]).max() / quantize.LEVELS["topk"]
+        assert np.all(np.abs(back[row, kept] - values[row, kept]) <= step / 2 * (1 + 1e-5))
+
+
+@pytest.mark.parametrize("workers", [1, 3, 8])
+def test_a_topk_rounds_payload_is_a_code_and_a_place_a_kept_value_and_a_scale_a_chunk(workers):
+    values = 272_474  # ResNet-20's weights and statistics
+    length = quantize.padded_length(values, workers, "topk")
+    assert length % (workers * quantize.TOPK_CHUNK) == 0
+    assert length - values < workers * quantize.TOPK_CHUNK
+    chunks = length // quantize.TOPK_CHUNK
+    assert quantize.payload_bytes(values, workers, "topk") == chunks * (
+        2 * quantize.TOPK_KEEP + quantize.SCALE_BYTES)
+    rows = quantize.encode(tf.zeros([length]), workers, "topk")
+    assert rows.shape == (workers, chunks // workers * (2 * quantize.TOPK_KEEP + 4))

@@ -18,6 +18,10 @@ int4 (as Streaming DiLoCo's 4-bit outer gradients): the same chunks and scales, 
 the chunk's largest magnitude / 7, codes within ±7 packed two to a byte (a chunk holds an
 even number of values); off by at most 1/14 of its chunk's largest, which error feedback
 carries to the next round.
+topk (SparseLoCo's top-k with error feedback): each chunk of `TOPK_CHUNK` values keeps its
+`TOPK_KEEP` largest magnitudes, as int8 codes of one scale, each with its place in the
+chunk as a uint8; the rest decode to 0 and stay in the sender's residual. The shard's
+owner keeps the top-k of the shard's sum in the same way, so the allgather is as sparse.
 float16: no scales, each value rounded to float16.
 
 All functions are pure, on TensorFlow tensors (eager or traced); the byte counts
@@ -30,8 +34,9 @@ import tensorflow as tf
 
 # The byte arithmetic lives with the rounds, free of TensorFlow; re-exported here.
 from hvdtrain.rounds.payload import (CHUNK, CODED, COMPRESSED, INT8_LEVELS,  # noqa: F401
-                                     LEVELS, SCALE_BYTES, VALUE_BYTES, chunk_length,
-                                     padded_length, payload_bytes)
+                                     LEVELS, SCALE_BYTES, TOPK_CHUNK, TOPK_KEEP,
+                                     VALUE_BYTES, chunk_length, padded_length,
+                                     payload_bytes)
 
 
 def quantize_chunks(values: tf.Tensor, chunk: int = CHUNK,
@@ -71,9 +76,11 @@ def unpack_int4(packed: tf.Tensor) -> tf.Tensor:
 def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     """float32 `values` (a `padded_length` vector) as `shards` rows, one per shard: float16
     values, or the codes of `chunk` values a scale (int4's packed) followed by their
-    scales' bytes."""
+    scales' bytes (topk: of its kept values, with their places, in chunks of `TOPK_CHUNK`)."""
     if compression == "fp16":
         return tf.reshape(tf.cast(values, tf.float16), [shards, -1])
+    if compression == "topk":
+        return _encode_topk(values, shards)
     codes, scales = quantize_chunks(values, chunk, LEVELS[compression])
     if compression == "int4":
         codes = pack_int4(codes)
@@ -84,10 +91,13 @@ def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK)
 
 
 def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
-    """`encode`'s rows (any number of them, of the same `chunk`) back to float32, one row
+    """`encode`'s rows (any number of them, of the same `chunk`; topk's is always
+    `TOPK_CHUNK`) back to float32, one row
     per shard."""
     if compression == "fp16":
         return tf.cast(rows, tf.float32)
+    if compression == "topk":
+        return _decode_topk(rows)
     per_chunk = int(chunk * VALUE_BYTES[compression])  # int4's chunks are even
     chunks = rows.shape[1] // (per_chunk + SCALE_BYTES)  # the row's width is static
     width = chunks * per_chunk
@@ -97,6 +107,34 @@ def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
         codes = unpack_int4(codes)
     values = dequantize_chunks(codes, scales)
     return tf.reshape(values, [-1, chunks * chunk])
+
+
+def _encode_topk(values: tf.Tensor, shards: int) -> tf.Tensor:
+    """Rows of each `TOPK_CHUNK` values' `TOPK_KEEP` largest magnitudes: the codes of the
+    shard's chunks, then their places (uint8 bytes), then their scales' bytes."""
+    chunks = tf.reshape(values, [-1, TOPK_CHUNK])
+    _, places = tf.math.top_k(tf.abs(chunks), TOPK_KEEP, sorted=False)
+    kept = tf.gather(chunks, places, batch_dims=1)
+    codes, scales = quantize_chunks(tf.reshape(kept, [-1]), TOPK_KEEP, LEVELS["topk"])
+    place_bytes = tf.bitcast(tf.cast(places, tf.uint8), tf.int8)
+    return tf.concat([tf.reshape(codes, [shards, -1]), tf.reshape(place_bytes, [shards, -1]),
+                      tf.reshape(tf.bitcast(scales, tf.int8), [shards, -1])], axis=1)
+
+
+def _decode_topk(rows: tf.Tensor) -> tf.Tensor:
+    """`_encode_topk`'s rows back to float32: each chunk's kept values at their places, 0
+    elsewhere."""
+    chunks = rows.shape[1] // (2 * TOPK_KEEP + SCALE_BYTES)  # the row's width is static
+    width = chunks * TOPK_KEEP
+    scales = tf.bitcast(tf.reshape(rows[:, 2 * width:], [-1, SCALE_BYTES]), tf.float32)
+    kept = dequantize_chunks(tf.reshape(rows[:, :width], [-1]), scales)
+    places = tf.cast(tf.bitcast(tf.reshape(rows[:, width:2 * width], [-1, TOPK_KEEP]),
+                                tf.uint8), tf.int32)
+    # Each kept value's place in the whole vector: its chunk's start plus its place in it.
+    starts = tf.range(tf.shape(places)[0]) * TOPK_CHUNK
+    where = tf.reshape(places + starts[:, None], [-1, 1])
+    dense = tf.scatter_nd(where, kept, [tf.shape(places)[0] * TOPK_CHUNK])
+    return tf.reshape(dense, [-1, chunks * TOPK_CHUNK])
 
 
 def round_trip(values: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
