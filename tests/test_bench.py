@@ -121,7 +121,8 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--slow-rank", "1:0.5"], "--slow-rank must be RANK:FACTOR with a factor of at least 1"),
     (["--slow-rank", "2:2", "--workers", "1,2"], "--slow-rank 2:2 names a rank the 1-worker job "
                                                  "does not have"),
-    (["--n-sync", "10,0"], "--n-sync must be positive integers separated by commas, got '10,0'"),
+    (["--n-sync", "10,0"], "--n-sync takes steps, default or a rule (auto, qsr, link), "
+                          "comma-separated; got '10,0'"),
     (["--sync-seconds", "2,-1"], "--sync-seconds must be positive numbers of seconds separated "
                                  "by commas, got '2,-1'"),
     (["--workers", "two"], "--workers must be positive integers"),
@@ -258,13 +259,29 @@ def test_a_default_period_is_timed_at_the_period_each_jobs_plan_settles():
     assert as_planned(lamb[0], 16).n_sync == 1  # LAMB's rescaled rounds, every step
 
 
-def test_a_bench_period_is_steps_or_default_and_nothing_else():
+def test_a_bench_period_is_steps_default_or_a_rule_and_nothing_else():
     from hvdtrain.benchmarks.bench import _periods
     from hvdtrain.errors import ConfigError
 
-    assert _periods("default,5, 10") == ["default", 5, 10]
-    with pytest.raises(ConfigError, match="--n-sync"):
-        _periods("default,qsr")
+    assert _periods("default,5, 10,qsr,auto:8,link:20") == [
+        "default", 5, 10, "qsr", "auto:8", "link:20"]
+    for bad in ("default,qsr:0", "4,-1", "8/workers"):
+        with pytest.raises(ConfigError, match="--n-sync"):
+            _periods(bad)
+
+
+def test_a_rule_periods_rounds_are_the_runs_own_over_its_steps():
+    """A rule sets its period at rounds: nothing is rounded to whole periods, and the row
+    counts the rounds the run held over the steps each worker took."""
+    from hvdtrain.benchmarks.throughput import _exchange_counts, as_planned
+
+    rule, steps = _bench_setups("--modes", "local,async", "--n-sync", "qsr,6", "--steps", "10")[:2]
+    assert (rule.period, steps.period) == (None, 6)
+    assert as_planned(rule, 4).n_sync == "qsr" and as_planned(rule, 4).steps == 10
+    summary = dict(averaging_rounds=3, steps_per_worker=[13, 13, 13, 13])
+    seconds = [[0.1] * 10 for _ in range(4)]
+    assert _exchange_counts(rule, summary, seconds, 10) == (3, 13.0, 10)
+    assert _exchange_counts(steps, summary, seconds, 12) == (2, 12, 12)
 
 
 def test_bench_rounds_default_to_trainings_own_and_fp16_allreduce_makes_async_rounds_fp16():
@@ -532,3 +549,24 @@ def test_a_job_on_emulated_hosts_fills_each_hosts_slots_in_turn(workers, slots, 
     assert host_slots(workers, slots) == expected
     argv = on_emulated_hosts(workers, ["hvdtrain", "train"], 3, "100mbit", slots)
     assert argv[argv.index("-H") + 1] == expected and argv[argv.index("-np") + 1] == str(workers)
+
+
+@pytest.mark.ci
+@pytest.mark.long  # about 60 seconds here
+@pytest.mark.multiprocess
+def test_bench_times_a_rule_period_with_the_rounds_its_run_held(tmp_path):
+    out = tmp_path / "bench"
+    bin_dir = os.path.dirname(sys.executable)
+    result = subprocess.run(
+        [os.path.join(bin_dir, "hvdtrain"), "bench", "--model", "lenet", "--batch-size", "32",
+         "--workers", "2", "--modes", "local", "--n-sync", "auto:4", "--steps", "12",
+         "--warmup-steps", "3", "--window", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"]))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (row,) = json.loads((out / "bench.json").read_text())["rows"]
+    assert row["label"] == "local, n_sync auto:4, int8" and row["timed_steps"] == 12
+    # The adaptive period starts at 4 steps: the 15 steps held a round at least every 4.
+    assert row["exchanges_timed"] >= 3 and row["bytes_per_step"] > 0
+    assert row["bytes_per_step"] == pytest.approx(
+        row["exchanges_timed"] * row["bytes_per_round"] / 15)

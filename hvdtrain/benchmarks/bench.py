@@ -20,7 +20,7 @@ from hvdtrain.config import (DEFAULT_BUCKET_MB, DEFAULT_ROUND_COMPRESSION, LOCAL
 from hvdtrain.config_options import add_config_options
 from hvdtrain.errors import ConfigError, HvdtrainError
 from hvdtrain.optimizer_choice import AUTO, BENCH_OPTIMIZER
-from hvdtrain.rounds.periods import TRAINS_DEFAULT
+from hvdtrain.rounds.periods import TRAINS_DEFAULT, is_rule
 
 MODES = ("sync", *LOCAL_MODES, "independent", "horovod")
 # Hierarchical local SGD (--hierarchical-sgd): a host's workers average gradients every
@@ -89,7 +89,10 @@ SETUP_OPTIONS = (
     ("--n-sync", dict(
         default="10,100",
         help="local mode: steps between averagings, comma-separated; one setup each; "
-             "default: the period hvdtrain train settles for each job (default: 10,100)")),
+             "default: the period hvdtrain train settles for each job; a rule (auto, qsr, "
+             "link, as `hvdtrain train --n-sync` takes them): its rounds come as the rule "
+             "sets them in the timed run, and the row counts the run's rounds over its "
+             "steps (default: 10,100)")),
     ("--round-fragments", dict(
         default="1", metavar="F[,F...]",
         help="local and async modes: one setup per value, whose rounds each average one of "
@@ -250,11 +253,17 @@ def _setups(args, cfg) -> list[dict]:
 
 
 def _periods(text: str) -> list[int | str]:
-    """--n-sync's steps, each a number or `default` (what each job's plan settles)."""
+    """--n-sync's periods: each a number of steps, `default` (what each job's plan
+    settles), or a rule that sets the period at rounds (auto, qsr, link)."""
     words = [word.strip() for word in str(text).split(",")]
-    numbers = ",".join(word for word in words if word != TRAINS_DEFAULT)
-    counts = iter(parse_int_list(numbers, "--n-sync") if numbers else [])
-    return [word if word == TRAINS_DEFAULT else next(counts) for word in words]
+    named = [word == TRAINS_DEFAULT or is_rule(word) for word in words]
+    numbers = ",".join(word for word, kept in zip(words, named) if not kept)
+    try:
+        counts = iter(parse_int_list(numbers, "--n-sync") if numbers else [])
+    except ConfigError:
+        raise ConfigError(f"--n-sync takes steps, default or a rule (auto, qsr, link), "
+                          f"comma-separated; got {text!r}") from None
+    return [word if kept else next(counts) for word, kept in zip(words, named)]
 
 
 def _round_compressions(text: str | None, fp16_allreduce: bool) -> list[str | None]:

@@ -49,7 +49,8 @@ class Setup:
     batch_size: int        # per worker
     shape: str             # HxWxC
     mode: str              # one of MODES
-    n_sync: int | str | None  # local mode only; TRAINS_DEFAULT: the job's settled period
+    # Local mode only: steps; TRAINS_DEFAULT, the job's settled period; or a rule (qsr...).
+    n_sync: int | str | None
     steps: int             # timed steps (rounded up to whole n_sync periods in local mode)
     warmup_steps: int
     window: int
@@ -68,6 +69,13 @@ class Setup:
     # `hvdtrain train` resolves it, made concrete by `as_planned` before it is measured.
     round_compression: str | None = None
     optimizer: str = BENCH_OPTIMIZER  # the inner optimizer (the horovod reference's is SGD)
+
+    @property
+    def period(self) -> int | None:
+        """Steps between rounds where they are fixed (whole periods are timed); None in
+        sync mode, or where a rule or the clock sets when rounds come."""
+        fixed = self.mode in LOCAL_MODES and self.sync_seconds is None
+        return self.n_sync if fixed and isinstance(self.n_sync, int) else None
 
     @property
     def form(self) -> RoundForm:
@@ -114,8 +122,7 @@ def as_planned(setup: Setup, workers: int) -> Setup:
     if setup.mode == "horovod":
         return replace(setup, round_compression="none")
     setup = _with_settled_period(setup, workers)
-    steps = setup.warmup_steps + rounded_steps(
-        setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
+    steps = setup.warmup_steps + rounded_steps(setup.steps, setup.period)
     cfg = settle(train_config(setup, steps, "", False), Job(workers)).config
     compression = (rounds_compression(cfg.round_compression, cfg.fp16_allreduce)
                    if setup.mode in LOCAL_MODES else setup.round_compression or "none")
@@ -123,15 +130,11 @@ def as_planned(setup: Setup, workers: int) -> Setup:
 
 
 def _with_settled_period(setup: Setup, workers: int) -> Setup:
-    """A `--n-sync default` setup at the period `hvdtrain train` settles for this job; a
-    rule (qsr, auto, link) is refused, since the bench times whole periods of steps."""
+    """A `--n-sync default` setup at the period `hvdtrain train` settles for this job:
+    steps, or a rule (qsr, auto, link), whose rounds the run's own count gives."""
     if setup.n_sync != TRAINS_DEFAULT:
         return setup
-    period = settle(train_config(setup, 1, "", False), Job(workers)).period
-    if not isinstance(period, int):
-        raise ConfigError(f"--n-sync default: a {setup.mode} job of {workers} workers settles "
-                          f"on --n-sync {period}, a rule the bench does not time; give steps")
-    return replace(setup, n_sync=period)
+    return replace(setup, n_sync=settle(train_config(setup, 1, "", False), Job(workers)).period)
 
 
 def _gradient_exchange(model: keras.Model, fp16: bool):
@@ -153,7 +156,7 @@ def measure(setup: Setup, pin_cores: bool = False) -> dict:
 
     keras.backend.clear_session()
     setup = as_planned(setup, comm.size())
-    steps = rounded_steps(setup.steps, setup.n_sync if setup.mode in LOCAL_MODES else None)
+    steps = rounded_steps(setup.steps, setup.period)
     total_steps = setup.warmup_steps + steps
     timer = StepTimer(setup.warmup_steps)
     if setup.slow_rank is not None and setup.slow_rank >= comm.size():
@@ -260,12 +263,13 @@ def _exchange_counts(setup: Setup, summary: dict, step_seconds: list[list[float]
                      steps: int) -> tuple[int, float, int]:
     """(exchanges, the steps they are spread over, timed steps) of one measurement."""
     workers = len(step_seconds)
-    if setup.sync_seconds is None:
-        exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.n_sync,
+    if setup.mode not in LOCAL_MODES or setup.period is not None:
+        exchanges = exchanges_in(setup.mode, setup.warmup_steps + 1, steps, setup.period,
                                  workers)
         return exchanges, steps, steps
-    # Rounds came by the clock and the workers' step counts differ: the run's rounds, over
-    # each worker's mean steps in the run; the timed steps are each worker's own, averaged.
+    # Rounds came by the clock or a rule (the workers' step counts may differ): the run's
+    # rounds, over each worker's mean steps in the run; the timed steps are each worker's
+    # own, averaged.
     exchanges = summary["averaging_rounds"] if workers > 1 else 0
     return (exchanges, sum(summary["steps_per_worker"]) / workers,
             round(sum(map(len, step_seconds)) / workers))

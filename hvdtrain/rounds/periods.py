@@ -175,6 +175,15 @@ def _period_of(steps: str | None, auto_initial: str | None, worker_steps: str | 
     return AutoPeriod(initial, min(AUTO_MIN_PERIOD, initial)) if initial > 0 else None
 
 
+def is_rule(spec: Any) -> bool:
+    """Whether `spec` is a period that a rule sets anew at rounds (auto, qsr, link), not a
+    number of steps; False for anything `parse_period` refuses."""
+    try:
+        return isinstance(parse_period(spec), (AutoPeriod, QuadraticPeriod, LinkPeriod))
+    except PeriodError:
+        return False
+
+
 def resolve_period(spec: Any, workers: int,
                    hosts: int) -> int | AutoPeriod | QuadraticPeriod | LinkPeriod:
     """The period a job of `workers` workers on `hosts` hosts uses: N/workers and N/hosts

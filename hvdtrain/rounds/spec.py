@@ -23,8 +23,7 @@ from typing import Any, Callable
 
 from hvdtrain.errors import ArgumentError
 from hvdtrain.rounds.payload import CODED
-from hvdtrain.rounds.periods import (AutoPeriod, LinkPeriod, PeriodError, QuadraticPeriod,
-                                     parse_period)
+from hvdtrain.rounds.periods import PeriodError, is_rule, parse_period
 from hvdtrain.rounds.rules import (OUTER_OPTIMIZERS, ROUND_COMPRESSIONS, WARM_STARTS,
                                    rounds_compression)
 
@@ -76,8 +75,7 @@ class RoundSpec:
     @property
     def adaptive_period(self) -> bool:
         """A period that a rule sets anew at rounds (auto, qsr, link), not a number of steps."""
-        return self.n_sync is not None and isinstance(
-            parse_period(self.n_sync), (AutoPeriod, QuadraticPeriod, LinkPeriod))
+        return self.n_sync is not None and is_rule(self.n_sync)
 
     def check(self, name: Callable[[str, Any, bool], str]) -> "RoundSpec":
         """Raise RoundRuleError for the first broken rule; `name(field, value, subject)`
