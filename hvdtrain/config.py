@@ -173,7 +173,7 @@ class TrainConfig:
         None,
         "local and async modes: --lr-scaling counts at most this many workers (0: all of "
         "them)",
-        modes=LOCAL_MODES, elsewhere="ignored", default_per_mode=DEFAULT_LOCAL_LR_WORKERS)
+        modes=LOCAL_MODES, default_per_mode=DEFAULT_LOCAL_LR_WORKERS)
     lr_decay: str = _opt("cosine", "decay after warmup", LR_DECAYS)
     momentum: float = _opt(0.9, "momentum of SGD and LARS (0 for none)")
     lars_eta: float = _opt(
@@ -214,7 +214,7 @@ class TrainConfig:
     average_optimizer_state: bool = _opt(
         False, "local and async modes: also average optimizer slots (momentum, Adam moments)"
                " at each round",
-        modes=LOCAL_MODES, elsewhere="ignored")
+        modes=LOCAL_MODES)
     outer_optimizer: str = _opt(
         "none", "local mode: update applied to the averaged weights", OUTER_OPTIMIZERS,
         modes=LOCAL_MODES)
@@ -428,11 +428,12 @@ def _check_mode_options(cfg: TrainConfig) -> None:
     """An option the mode does not use must keep the value that leaves it unused."""
     for name, unused in refused_in(cfg.mode):
         # None: not given, made `unused` by `resolved`.
-        if getattr(cfg, name) not in (unused, None):
+        value = getattr(cfg, name)
+        if value not in (unused, None):
             modes = " or ".join(_field(name).metadata["modes"])
-            raise ConfigError(
-                f"{option_flag(name)} needs --mode {modes}, got {option_flag(name)} "
-                f"{getattr(cfg, name)} with --mode {cfg.mode}")
+            given = option_flag(name) if value is True else f"{option_flag(name)} {value}"
+            raise ConfigError(f"{option_flag(name)} needs --mode {modes}, got {given} with "
+                              f"--mode {cfg.mode}")
 
 
 def _check_dependent_options(cfg: TrainConfig) -> None:

@@ -76,6 +76,10 @@ def test_saved_config_loads_back_identically(tmp_path):
      "--round-compression needs --mode local or async, got --round-compression int8 with "
      "--mode sync"),
     ({"n_sync": 4}, "--n-sync needs --mode local or async, got --n-sync 4 with --mode sync"),
+    ({"local_lr_workers": 4},
+     "--local-lr-workers needs --mode local or async, got --local-lr-workers 4 with --mode sync"),
+    ({"average_optimizer_state": True}, "--average-optimizer-state needs --mode local or async, "
+                                        "got --average-optimizer-state with --mode sync"),
     ({"n_sync": "link"},
      "--n-sync needs --mode local or async, got --n-sync link with --mode sync"),
     ({"model": "nosuch"}, "--model must be one of alexnet, alexnet-lrn, alexnet-2col, lenet, "
