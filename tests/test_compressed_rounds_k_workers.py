@@ -292,3 +292,33 @@ def test_topk_rounds_agree_bit_for_bit_and_lose_nothing():
 def test_topk_rounds_of_no_change_deliver_what_is_owed(workers):
     meant, taken = run_topk_rounds(workers, rounds=48)
     assert np.abs(taken - meant).max() < 0.05 * np.abs(meant).max()
+
+
+def test_a_topk_round_pools_batch_norm_statistics_as_a_float32_round_does():
+    # A sparse round could send a moving mean's change without its variance's; the
+    # statistics travel whole, in float32, so the pooled variance is the float32 round's.
+    workers = 3
+    models = [batch_norm_model() for _ in range(workers)]
+    averagers = [ModelStateAverager(m, compression="topk") for m in models]
+    for rank, (model, averager) in enumerate(zip(models, averagers)):
+        averager.reset_anchor()
+        set_statistics(model, np.full(3, rank + 1.0), np.full(3, 0.5 + rank / 10))
+    first = len(averagers[0].weights)
+    statistics = range(first, first + len(averagers[0].statistics))
+    assert averagers[0].exact == list(statistics) and len(statistics) == 2
+    own = [read(a.variables) for a in averagers]
+    sends = settled_sends(workers, lambda k: lambda: averagers[k].exchange(
+        own[k], feedback=False))
+    results = []
+    for r in range(workers):
+        with FakeComm(workers, r) as world:
+            world.hold_sent({k: sent for k, sent in sends.items() if k != r})
+            results.append([np.asarray(t) for t in averagers[r].exchange(own[r])])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    means = np.mean([np.full(3, r + 1.0) for r in range(workers)], axis=0)
+    # Pooled: the mean of each worker's variance about the pooled mean.
+    pooled = np.mean([0.5 + r / 10 + (r + 1.0 - means) ** 2 for r in range(workers)], axis=0)
+    np.testing.assert_allclose(results[0][first], means, rtol=1e-6)
+    np.testing.assert_allclose(results[0][first + 1], pooled, rtol=1e-5)

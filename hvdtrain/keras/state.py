@@ -13,6 +13,7 @@ from hvdtrain.rounds.averaging import outer_step, payload_bytes, pooled_variance
 from hvdtrain.errors import ArgumentError
 from hvdtrain.keras.compressed_rounds import CompressedExchange
 from hvdtrain.keras.host_shards import HostShards
+from hvdtrain.rounds.payload import SPARSE
 
 
 def _dtype(variable) -> tf.DType:
@@ -241,9 +242,15 @@ class ModelStateAverager:
         # divides by their roots: int8 against a chunk's largest change gives the small ones
         # back coarse (LAMB's state averaged so ended 4.5 and 6.6 points down), and float16
         # flushes their small changes to 0; so in a compressed round they travel in float32
-        # beside the coded rest.
-        self.exact = [j for j in self.non_negative_positions
-                      if j >= len(self.weights) + len(self.statistics)]
+        # beside the coded rest. A sparse round (topk) could send a moving mean's change
+        # without its variance's, and the pooled variance would then come out far from
+        # either, often below 0 (clamped, BatchNorm divides by its root: a ResNet-20 so
+        # evaluated at 10% with a loss of 1e35); so the statistics travel in float32 too
+        # (ResNet-20's are 0.5% of its values).
+        first_slot = len(self.weights) + len(self.statistics)
+        statistics = range(len(self.weights), first_slot) if compression in SPARSE else []
+        self.exact = sorted({*statistics, *(j for j in self.non_negative_positions
+                                            if j >= first_slot)})
         self.coded = [j for j in range(len(self.variables)) if j not in self.exact]
         self.compressed = None if compression == "none" else CompressedExchange(
             [self.variables[j] for j in self.coded], compression)
@@ -455,8 +462,8 @@ class ModelStateAverager:
         return [*sent[:first], *means, *sent[first + len(means):]]
 
     def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool, shards):
-        """`sent`'s exchange in a compressed round: the running squares (`exact`) in
-        float32, the rest encoded."""
+        """`sent`'s exchange in a compressed round: the running squares (and a sparse
+        round's BatchNorm statistics: `exact`) in float32, the rest encoded."""
         received = list(sent)
         if self.exact:
             means = _float_exchange([sent[j] for j in self.exact], take_chief,

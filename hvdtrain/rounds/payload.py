@@ -19,6 +19,7 @@ LEVELS = {"int8": 127, "int4": 7, "topk": 127}
 INT8_LEVELS = LEVELS["int8"]
 SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
 CODED = tuple(LEVELS)  # the encodings with codes and scales
+SPARSE = ("topk",)     # the encodings that leave values out
 COMPRESSED = ("fp16", *CODED)
 # Bytes a value takes in a round of each --round-compression (the scales aside): a topk
 # chunk's kept values send a code byte and a place byte each.
