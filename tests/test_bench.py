@@ -139,8 +139,8 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--slots", "2"], "--slots 2 needs --hosts: it sets the workers per emulated host"),
     (["--hosts", "2", "--slots", "0"], "--slots must be at least 1, got 0"),
     (["--hosts", "2", "--link-rate", "fast"], "--link-rate must be a rate in tc's units"),
-    (["--round-compression", "none,int2"], "--round-compression takes a comma-separated list "
-                                           "of none, fp16, int8, int4, topk; got 'int2'"),
+    (["--round-compression", "none,int3"], "--round-compression takes a comma-separated list "
+                                           "of none, fp16, int8, int4, int2, topk; got 'int3'"),
     (["--optimizer", "auto"], "--optimizer must be one of sgd, adam, lars, lamb (one optimizer "
                               "at every worker count, so not auto), got 'auto'"),
     (["--optimizer", "lamb", "--modes", "sync,horovod"],

@@ -42,7 +42,7 @@ def test_fp16_round_trip_is_float16_rounding():
     np.testing.assert_array_equal(back, values.astype(np.float16).astype(np.float32))
 
 
-@pytest.mark.parametrize("compression", ["fp16", "int8", "int4", "topk"])
+@pytest.mark.parametrize("compression", ["fp16", "int8", "int4", "int2", "topk"])
 def test_encoded_rows_decode_shard_by_shard(compression):
     values = chunks_of(np.random.default_rng(2), 6)
     rows = quantize.encode(tf.constant(values), 3, compression)
@@ -142,3 +142,24 @@ def test_a_topk_rounds_payload_is_a_code_and_a_place_a_kept_value_and_a_scale_a_
         2 * quantize.TOPK_KEEP + quantize.SCALE_BYTES)
     rows = quantize.encode(tf.zeros([length]), workers, "topk")
     assert rows.shape == (workers, chunks // workers * (2 * quantize.TOPK_KEEP + 4))
+
+
+def test_int2_sends_each_value_as_its_sign_times_its_chunks_mean_magnitude_or_0():
+    values = chunks_of(np.random.default_rng(6), 4)
+    back = quantize.round_trip(tf.constant(values), "int2").numpy().reshape(-1, CHUNK)
+    values = values.reshape(-1, CHUNK)
+    scale = np.abs(values).mean(axis=1, keepdims=True)
+    want = np.where(np.abs(values) < scale / 2, 0.0, np.sign(values)) * scale
+    np.testing.assert_allclose(back, want, rtol=1e-6)
+    codes = np.array([-1, 0, 1, 1, 0, -1, -1, 1], np.int8)
+    packed = quantize.pack_int2(tf.constant(codes))
+    assert packed.shape == (2,)
+    np.testing.assert_array_equal(quantize.unpack_int2(packed).numpy(), codes)
+
+
+@pytest.mark.parametrize("values,workers", [(61706, 8), (272_474, 4), (5, 3)])
+def test_int2_chunks_hold_whole_bytes_and_its_payload_is_a_quarter_byte_a_value(values, workers):
+    chunk = quantize.chunk_length(values, workers, "int2")
+    assert chunk % 4 == 0 and chunk <= CHUNK
+    length = quantize.padded_length(values, workers, "int2")
+    assert quantize.payload_bytes(values, workers, "int2") == length // 4 + 4 * (length // chunk)

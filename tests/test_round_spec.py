@@ -99,7 +99,7 @@ BAD = {
     "round_fragments": (0, "must be a positive integer, got 0"),
     "warm_start_steps": (-1, "must be a non-negative integer, got -1"),
     "warm_start": ("solo", "must be one of sync, single, got 'solo'"),
-    "round_compression": ("int2", "must be one of none, fp16, int8, int4, topk, got 'int2'"),
+    "round_compression": ("int3", "must be one of none, fp16, int8, int4, int2, topk, got 'int3'"),
     "outer_optimizer": ("adam", "must be one of none, slowmo, nesterov, got 'adam'"),
 }
 

@@ -14,6 +14,11 @@ chunk per shard (LeNet's 61,706 values at 8 workers padded to 65,536; at 128 wor
 131,072). Each chunk has its own scale, its largest magnitude / 127, sent as 4 float32
 bytes after the shard's codes; a value is rounded to the nearest of the 255 multiples of
 the scale within ±127, so it is off by at most scale / 2 (1/254 of its chunk's largest).
+int2 (ternary, as EF-SignSGD with a zero, Karimireddy et al. 2019): the same chunks, a scale
+the mean magnitude of the chunk's values, codes -1, 0 or 1 packed four to a byte: a
+value is sent as its sign times the scale, or as 0 below half of it; error feedback
+carries what that cut to the next round. Every value moves in every round, as no sparse
+encoding's do.
 int4 (as Streaming DiLoCo's 4-bit outer gradients): the same chunks and scales, a scale
 the chunk's largest magnitude / 7, codes within ±7 packed two to a byte (a chunk holds an
 even number of values); off by at most 1/14 of its chunk's largest, which error feedback
@@ -39,12 +44,15 @@ from hvdtrain.rounds.payload import (CHUNK, CODED, COMPRESSED, INT8_LEVELS,  # n
                                      payload_bytes)
 
 
-def quantize_chunks(values: tf.Tensor, chunk: int = CHUNK,
-                    levels: int = INT8_LEVELS) -> tuple[tf.Tensor, tf.Tensor]:
+def quantize_chunks(values: tf.Tensor, chunk: int = CHUNK, levels: int = INT8_LEVELS,
+                    mean_scale: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
     """Codes within ±`levels`, as int8, and one float32 scale per `chunk` float32 `values`
-    (whole chunks)."""
+    (whole chunks): the chunk's largest magnitude over `levels`, or with `mean_scale` its
+    mean magnitude (int2's)."""
     chunks = tf.reshape(values, [-1, chunk])
-    scales = tf.reduce_max(tf.abs(chunks), axis=1) / levels
+    magnitudes = tf.abs(chunks)
+    scales = (tf.reduce_mean(magnitudes, axis=1) if mean_scale
+              else tf.reduce_max(magnitudes, axis=1) / levels)
     # An all-zero chunk has scale 0: its codes are 0, and decode to exactly 0.
     codes = tf.round(tf.math.divide_no_nan(chunks, scales[:, None]))
     codes = tf.clip_by_value(codes, -levels, levels)
@@ -55,6 +63,23 @@ def dequantize_chunks(codes: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
     """The float32 values `codes` (int8, unpacked) with their chunks' `scales` stand for."""
     chunks = tf.reshape(tf.cast(codes, tf.float32), [tf.shape(scales)[0], -1]) * scales[:, None]
     return tf.reshape(chunks, [-1])
+
+
+def pack_int2(codes: tf.Tensor) -> tf.Tensor:
+    """Codes within ±1 (a multiple of 4 of them), four to an int8 byte, the first in the
+    lowest two bits, each offset by 1 to 0..2."""
+    quads = tf.reshape(tf.cast(codes, tf.int32) + 1, [-1, 4])
+    packed = quads[:, 0]
+    for k in range(1, 4):
+        packed = tf.bitwise.bitwise_or(packed, tf.bitwise.left_shift(quads[:, k], 2 * k))
+    return tf.bitcast(tf.cast(packed, tf.uint8), tf.int8)
+
+
+def unpack_int2(packed: tf.Tensor) -> tf.Tensor:
+    """`pack_int2`'s bytes back to their int8 codes, in order."""
+    byte = tf.cast(tf.bitcast(packed, tf.uint8), tf.int32)
+    codes = [tf.bitwise.bitwise_and(tf.bitwise.right_shift(byte, 2 * k), 3) - 1 for k in range(4)]
+    return tf.cast(tf.reshape(tf.stack(codes, axis=-1), [-1]), tf.int8)
 
 
 def pack_int4(codes: tf.Tensor) -> tf.Tensor:
@@ -81,9 +106,9 @@ def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK)
         return tf.reshape(tf.cast(values, tf.float16), [shards, -1])
     if compression == "topk":
         return _encode_topk(values, shards)
-    codes, scales = quantize_chunks(values, chunk, LEVELS[compression])
-    if compression == "int4":
-        codes = pack_int4(codes)
+    codes, scales = quantize_chunks(values, chunk, LEVELS[compression],
+                                    mean_scale=compression == "int2")
+    codes = PACK.get(compression, lambda c: c)(codes)
     # Scales travel as their bytes, so a shard is one int8 row; all workers share a byte order.
     scale_bytes = tf.bitcast(scales, tf.int8)
     return tf.concat([tf.reshape(codes, [shards, -1]),
@@ -98,15 +123,19 @@ def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
         return tf.cast(rows, tf.float32)
     if compression == "topk":
         return _decode_topk(rows)
-    per_chunk = int(chunk * VALUE_BYTES[compression])  # int4's chunks are even
+    per_chunk = int(chunk * VALUE_BYTES[compression])  # whole bytes (`chunk_length`)
     chunks = rows.shape[1] // (per_chunk + SCALE_BYTES)  # the row's width is static
     width = chunks * per_chunk
     scales = tf.bitcast(tf.reshape(rows[:, width:], [-1, SCALE_BYTES]), tf.float32)
     codes = tf.reshape(rows[:, :width], [-1])
-    if compression == "int4":
-        codes = unpack_int4(codes)
+    codes = UNPACK.get(compression, lambda c: c)(codes)
     values = dequantize_chunks(codes, scales)
     return tf.reshape(values, [-1, chunks * chunk])
+
+
+# The encodings whose codes are packed several to a byte.
+PACK = {"int4": pack_int4, "int2": pack_int2}
+UNPACK = {"int4": unpack_int4, "int2": unpack_int2}
 
 
 def _encode_topk(values: tf.Tensor, shards: int) -> tf.Tensor:
