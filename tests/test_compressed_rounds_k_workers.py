@@ -294,12 +294,14 @@ def test_topk_rounds_of_no_change_deliver_what_is_owed(workers):
     assert np.abs(taken - meant).max() < 0.05 * np.abs(meant).max()
 
 
-def test_a_topk_round_pools_batch_norm_statistics_as_a_float32_round_does():
-    # A sparse round could send a moving mean's change without its variance's; the
-    # statistics travel whole, in float32, so the pooled variance is the float32 round's.
+@pytest.mark.parametrize("compression", ["topk", "int2"])
+def test_a_coarse_round_pools_batch_norm_statistics_as_a_float32_round_does(compression):
+    # A sparse round could send a moving mean's change without its variance's, int2 each
+    # within a factor of 2; the statistics travel whole, in float32, so the pooled
+    # variance is the float32 round's.
     workers = 3
     models = [batch_norm_model() for _ in range(workers)]
-    averagers = [ModelStateAverager(m, compression="topk") for m in models]
+    averagers = [ModelStateAverager(m, compression=compression) for m in models]
     for rank, (model, averager) in enumerate(zip(models, averagers)):
         averager.reset_anchor()
         set_statistics(model, np.full(3, rank + 1.0), np.full(3, 0.5 + rank / 10))

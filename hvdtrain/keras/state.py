@@ -13,7 +13,7 @@ from hvdtrain.rounds.averaging import outer_step, payload_bytes, pooled_variance
 from hvdtrain.errors import ArgumentError
 from hvdtrain.keras.compressed_rounds import CompressedExchange
 from hvdtrain.keras.host_shards import HostShards
-from hvdtrain.rounds.payload import SPARSE
+from hvdtrain.rounds.payload import WHOLE_STATISTICS
 
 
 def _dtype(variable) -> tf.DType:
@@ -245,10 +245,11 @@ class ModelStateAverager:
         # beside the coded rest. A sparse round (topk) could send a moving mean's change
         # without its variance's, and the pooled variance would then come out far from
         # either, often below 0 (clamped, BatchNorm divides by its root: a ResNet-20 so
-        # evaluated at 10% with a loss of 1e35); so the statistics travel in float32 too
-        # (ResNet-20's are 0.5% of its values).
+        # evaluated at 10% with a loss of 1e35); int2's codes are as coarse. With them the
+        # statistics travel in float32 too (ResNet-20's are 0.5% of its values).
         first_slot = len(self.weights) + len(self.statistics)
-        statistics = range(len(self.weights), first_slot) if compression in SPARSE else []
+        statistics = (range(len(self.weights), first_slot) if compression in WHOLE_STATISTICS
+                      else [])
         self.exact = sorted({*statistics, *(j for j in self.non_negative_positions
                                             if j >= first_slot)})
         self.coded = [j for j in range(len(self.variables)) if j not in self.exact]
@@ -462,8 +463,8 @@ class ModelStateAverager:
         return [*sent[:first], *means, *sent[first + len(means):]]
 
     def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool, shards):
-        """`sent`'s exchange in a compressed round: the running squares (and a sparse
-        round's BatchNorm statistics: `exact`) in float32, the rest encoded."""
+        """`sent`'s exchange in a compressed round: the running squares (and, in a topk or
+        int2 round, BatchNorm's statistics: `exact`) in float32, the rest encoded."""
         received = list(sent)
         if self.exact:
             means = _float_exchange([sent[j] for j in self.exact], take_chief,

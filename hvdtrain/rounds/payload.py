@@ -21,7 +21,9 @@ CODES_A_BYTE = {"int4": 2, "int2": 4}
 INT8_LEVELS = LEVELS["int8"]
 SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
 CODED = tuple(LEVELS)  # the encodings with codes and scales
-SPARSE = ("topk",)     # the encodings that leave values out
+# The encodings too coarse for BatchNorm's statistics, which they leave to float32: top-k
+# may send a moving mean's change without its variance's, int2 each within a factor of 2.
+WHOLE_STATISTICS = ("int2", "topk")
 COMPRESSED = ("fp16", *CODED)
 # Bytes a value takes in a round of each --round-compression (the scales aside): a topk
 # chunk's kept values send a code byte and a place byte each.
