@@ -24,7 +24,7 @@ from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
 from hvdtrain.progress import run_steps
 from hvdtrain.rounds.periods import LOCAL_MODES, LinkPeriod, job_size, parse_period, resolve_period
-from hvdtrain.rounds.payload import VALUE_BYTES, payload_bytes
+from hvdtrain.rounds.payload import VALUE_BYTES, WHOLE_STATISTICS, payload_bytes
 from hvdtrain.schedules import lr_scaling_workers, scaled_lr
 from hvdtrain.training.saved_run import SavedRun, kept_options
 
@@ -250,7 +250,8 @@ def _compression(cfg: TrainConfig) -> str:
     return round_spec(cfg).compression
 
 
-_VALUE_WORDS = {"none": "float32"}
+_VALUE_WORDS = {"none": "float32", "topk": "the top 8 of every 256",
+                "int2": "ternary int2"}
 
 
 def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
@@ -270,6 +271,8 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     # "none" is the option's word for rounds that compress nothing: they send float32.
     compression = _compression(cfg)
     form = [f"{_VALUE_WORDS.get(compression, compression)} values"]
+    if compression in WHOLE_STATISTICS and cfg.average_bn_stats:
+        form.append("statistics in float32")
     if cfg.round_fragments > 1:
         form.append(f"one of {cfg.round_fragments} fragments a round")
     if cfg.rescale_rounds:
