@@ -237,6 +237,10 @@ class TrainConfig:
         1, "local and async modes: average one of F fragments of the state a round "
            "(Streaming DiLoCo)",
         modes=LOCAL_MODES, before=1)
+    merge_after: int | None = _opt(
+        None, "async mode: take each round's mean this many steps after it starts "
+              "(Streaming DiLoCo's tau) instead of at the next round",
+        modes=("async",), before=None)
     hierarchical_sgd: bool = _opt(
         False, "local and async modes: sync inside each host, local SGD across hosts; period"
                f" {DEFAULT_HOST_N_SYNC['local']} steps in local mode, "
@@ -397,7 +401,7 @@ def _check_numbers(cfg: TrainConfig) -> None:
             (_fraction, ("momentum", "outer_momentum"))):
         for name in names:
             check(cfg, name)
-    for name in ("steps_per_epoch", "train_examples", "eval_examples"):
+    for name in ("steps_per_epoch", "train_examples", "eval_examples", "merge_after"):
         if getattr(cfg, name) is not None:
             _positive_int(cfg, name)
     if cfg.local_lr_workers is not None:

@@ -265,7 +265,9 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     if cfg.hierarchical_sgd:
         when += " across hosts (gradients averaged every step inside each host)"
     if cfg.mode == "async":
-        when += ", each behind the next steps"
+        when += (", each behind the next steps" if cfg.merge_after is None else
+                 f", each behind the next steps, merged {cfg.merge_after} step"
+                 f"{'s' * (cfg.merge_after != 1)} after it starts")
     what = ["weights"] + (["BatchNorm statistics"] if cfg.average_bn_stats else []) + \
         (["optimizer state"] if cfg.average_optimizer_state else [])
     # "none" is the option's word for rounds that compress nothing: they send float32.

@@ -61,13 +61,15 @@ DIMENSIONS: dict[str, tuple] = {
     "checkpoints": ("epochs", "steps"),
     "fits": ("one", "split"),                    # one fit, or one per run of equal epochs
     "elastic_reset": (0, 1),                     # 0: not elastic; 1: an elastic job, one reset
-    # The extension point for streaming rounds, which are not built yet: each kind joins
-    # as a value here and as its options in `STREAMING`; the arrays then pair it with
-    # every other choice, and the rules' refusals leave out what cannot be.
-    "streaming": ("off",),
+    # Streaming rounds: each kind is a value here and its options in `STREAMING`; the
+    # arrays pair it with every other choice, and the rules' refusals leave out what
+    # cannot be (a merge needs overlapped rounds: async mode).
+    "streaming": ("off", "merge1"),
 }
-# The options of each value of "streaming" (as config keys, added to the cell's others).
-STREAMING: dict[str, dict[str, Any]] = {"off": {}}
+# The options of each value of "streaming" (as config keys, added to the cell's others):
+# "merge1" takes each overlapped round's mean a step after it starts (Streaming DiLoCo's
+# tau), not at the next round.
+STREAMING: dict[str, dict[str, Any]] = {"off": {}, "merge1": {"merge_after": 1}}
 
 # Interactions of more than two options under which a run once went wrong: the arrays
 # always hold a cell of each, whatever else they pick.

@@ -83,6 +83,20 @@ def test_every_worker_holds_the_same_bits_right_after_each_round_and_not_between
         assert same == (step + 1 in (3, 6, STEPS + 1)), f"after step {step + 1}"
 
 
+def test_a_round_merged_a_step_after_it_starts_adds_its_mean_less_the_snapshot_then():
+    # Streaming DiLoCo's tau: the round that starts after step 3 is taken after step 4,
+    # not when the next starts after step 6. Step 4 trains from the same state either way.
+    workers = 2
+    late = [w for w, _ in _fit_local(workers, n_sync=3, overlap=True)]
+    merged = [w for w, _ in _fit_local(workers, n_sync=3, overlap=True, merge_after=1)]
+    mean = np.mean([w[2] for w in late], axis=0)  # the snapshots, after step 3
+    for rank in range(workers):
+        np.testing.assert_array_equal(merged[rank][:3], late[rank][:3])
+        np.testing.assert_allclose(merged[rank][3], late[rank][3] + mean - late[rank][2],
+                                   rtol=1e-6, atol=1e-7)
+        assert not np.allclose(merged[rank][3], late[rank][3])
+
+
 def test_rounds_every_step_of_plain_sgd_are_large_batch_sgd():
     workers = 3
     results = _fit_local(workers, n_sync=1)

@@ -25,6 +25,9 @@ BROKEN = {
                 dict(n_sync=2, overlap=True, outer_optimizer="slowmo"),
                 "LocalSGD(overlap=True) takes the plain average: outer_optimizer='slowmo' needs "
                 "every worker at a round's result"),
+    # The CLI refuses --merge-after outside async mode before the rules are asked.
+    "merge_after": (None, None, dict(n_sync=3, merge_after=1),
+                    "LocalSGD(merge_after=1) merges overlapped rounds, got overlap=False"),
     "n_sync": (dict(mode="local", n_sync="auto", sync_seconds=2.0),
                "--n-sync auto adapts a period of steps; --sync-seconds 2.0 sets rounds by time "
                "instead: give one of them",
@@ -97,6 +100,7 @@ def test_choices_that_break_no_rule_pass_and_a_spec_is_one_value():
 BAD = {
     "n_sync": ("2x", "must be a positive integer, got '2x' (or N/workers"),
     "round_fragments": (0, "must be a positive integer, got 0"),
+    "merge_after": (0, "must be a positive integer, got 0"),
     "warm_start_steps": (-1, "must be a non-negative integer, got -1"),
     "warm_start": ("solo", "must be one of sync, single, got 'solo'"),
     "round_compression": ("int3", "must be one of none, fp16, int8, int4, int2, topk, got 'int3'"),

@@ -142,6 +142,9 @@ class LocalSGD(keras.callbacks.Callback):
         steps between rounds. Needs `outer_optimizer="none"`. Rounds at epoch ends,
         before evaluation and at the end of training still block, so the model
         evaluated and saved is the consensus model.
+      merge_after: with `overlap`, take each round's mean this many steps after the round
+        started (Streaming DiLoCo's tau), instead of when the next round starts: a mean
+        less stale, behind fewer steps. None (the default): at the next round.
       sync_seconds: start a round every this many seconds of this worker's wall time
         instead of every `n_sync` steps (after the warm start), so a faster worker takes
         more steps between rounds (`hvdtrain.rounds.timed`). An epoch then ends when all
@@ -374,6 +377,9 @@ class LocalSGD(keras.callbacks.Callback):
             self.progress.advance(steps, self.batch_size or 0, comm.size())
         done = range(self.progress.steps - steps + 1, self.progress.steps + 1)
         self.consensus.note(done)
+        if self.spec.merge_after is not None and self.runner.merge_due(self.spec.merge_after):
+            with self.runner.timing():
+                self.runner.finish_in_flight()
         if self.reported is not None:
             self.reported.batch_ended(batch, steps, logs)
         if self.warm.due(done):

@@ -47,6 +47,8 @@ class RoundSpec:
     n_sync: Any = None             # the period as given (steps, N/workers, auto, qsr, link), or None
     sync_seconds: float | None = None
     overlap: bool = False          # each round's allreduce behind the next steps (async mode)
+    merge_after: int | None = None  # an overlapped round's mean taken this many steps after it
+                                    # starts (Streaming DiLoCo's tau); None: at the next round
     round_fragments: int = 1
     rescale_rounds: bool | None = None  # None: not decided (on for LAMB, decided at attach)
     outer_optimizer: Any = "none"  # the outer step's name ("none": the plain average), or an optimizer
@@ -126,6 +128,10 @@ RULES = (
     # round's result.
     Rule("overlap", lambda s: s.overlap, (("outer_optimizer", _outer_step),),
          "{subject} takes the plain average: {given} needs every worker at a round's result"),
+    # Only an overlapped round is in flight to be merged later.
+    Rule("merge_after", lambda s: s.merge_after is not None,
+         (("overlap", lambda s: not s.overlap),),
+         "{subject} merges overlapped rounds, got {given}"),
     # An adaptive period is a number of steps set at rounds; rounds by time have none.
     Rule("n_sync", lambda s: s.adaptive_period, (("sync_seconds", _timed),),
          "{subject} adapts a period of steps; {given} sets rounds by time instead: give one "
@@ -185,6 +191,8 @@ def _outer_problem(value) -> str | None:
 FIELD_CHECKS: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
     ("n_sync", lambda v: None if v is None else _period_problem(v)),
     ("round_fragments", lambda v: None if _integer(v, 1) else
+     f"must be a positive integer, got {v!r}"),
+    ("merge_after", lambda v: None if v is None or _integer(v, 1) else
      f"must be a positive integer, got {v!r}"),
     ("warm_start_steps", lambda v: None if _integer(v, 0) else
      f"must be a non-negative integer, got {v!r}"),
