@@ -117,8 +117,7 @@ def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK)
 
 def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
     """`encode`'s rows (any number of them, of the same `chunk`; topk's is always
-    `TOPK_CHUNK`) back to float32, one row
-    per shard."""
+    `TOPK_CHUNK`) back to float32, one row per shard."""
     if compression == "fp16":
         return tf.cast(rows, tf.float32)
     if compression == "topk":
