@@ -376,6 +376,19 @@ def test_the_exchange_clock_counts_the_wait_from_the_inputs_to_the_outputs():
     assert exchange_clock(model) is clock and exchange_clock(object()) is None
 
 
+def run_bench(*argv: str) -> subprocess.CompletedProcess:
+    """`hvdtrain bench` on LeNet-5 at a batch of 32, 12 timed steps after 3, windows of 4,
+    and `argv`; it must succeed."""
+    bin_dir = os.path.dirname(sys.executable)
+    result = subprocess.run(
+        [os.path.join(bin_dir, "hvdtrain"), "bench", "--model", "lenet", "--batch-size", "32",
+         "--steps", "12", "--warmup-steps", "3", "--window", "4", *argv],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"]))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
 @pytest.mark.ci
 @pytest.mark.long
 @pytest.mark.multiprocess
@@ -383,15 +396,8 @@ def test_bench_measures_every_mode_on_one_and_two_workers(tmp_path):
     from hvdtrain.rounds import quantize
 
     out = tmp_path / "bench"
-    bin_dir = os.path.dirname(sys.executable)
-    result = subprocess.run(
-        [os.path.join(bin_dir, "hvdtrain"), "bench", "--model", "lenet", "--batch-size", "32",
-         "--workers", "1,2", "--modes", "sync,local,async,independent,horovod", "--n-sync", "4",
-         "--steps", "12", "--warmup-steps", "3", "--window", "4", "--repeats", "2",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"]))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_bench("--workers", "1,2", "--modes", "sync,local,async,independent,horovod",
+                       "--n-sync", "4", "--repeats", "2", "--out", str(out))
     report = json.loads((out / "bench.json").read_text())
     rows = report["rows"]
     assert [(r["workers"], r["label"]) for r in rows] == [
@@ -556,14 +562,7 @@ def test_a_job_on_emulated_hosts_fills_each_hosts_slots_in_turn(workers, slots, 
 @pytest.mark.multiprocess
 def test_bench_times_a_rule_period_with_the_rounds_its_run_held(tmp_path):
     out = tmp_path / "bench"
-    bin_dir = os.path.dirname(sys.executable)
-    result = subprocess.run(
-        [os.path.join(bin_dir, "hvdtrain"), "bench", "--model", "lenet", "--batch-size", "32",
-         "--workers", "2", "--modes", "local", "--n-sync", "auto:4", "--steps", "12",
-         "--warmup-steps", "3", "--window", "4", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"]))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_bench("--workers", "2", "--modes", "local", "--n-sync", "auto:4", "--out", str(out))
     (row,) = json.loads((out / "bench.json").read_text())["rows"]
     assert row["label"] == "local, n_sync auto:4, int8" and row["timed_steps"] == 12
     # The adaptive period starts at 4 steps: the 15 steps held a round at least every 4.

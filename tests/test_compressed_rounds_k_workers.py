@@ -183,6 +183,24 @@ def test_an_int8_averager_round_pools_statistics_and_agrees_on_every_worker(work
         np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2 * largest / 254)
 
 
+def agreed_round(averagers: list[ModelStateAverager]) -> list[list[np.ndarray]]:
+    """Each worker's round of its averager's state, the others' sends settled first; every
+    worker must end it with the same bits."""
+    workers = len(averagers)
+    own = [read(a.variables) for a in averagers]
+    sends = settled_sends(workers, lambda k: lambda: averagers[k].exchange(
+        own[k], feedback=False))
+    results = []
+    for r in range(workers):
+        with FakeComm(workers, r) as world:
+            world.hold_sent({k: sent for k, sent in sends.items() if k != r})
+            results.append([np.asarray(t) for t in averagers[r].exchange(own[r])])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    return results
+
+
 def adam_averager(k: int, compression: str) -> ModelStateAverager:
     """Worker k's averager over a 2,000-value weight and Adam's two slots, the running
     squares spanning eight orders of magnitude, moved since the round's reference."""
@@ -207,19 +225,9 @@ def test_compressed_rounds_send_adams_running_squares_in_float32(compression):
     # come back as 0 or as 1e-4 / 254; Adam divides by their roots.
     workers = 3
     averagers = [adam_averager(k, compression) for k in range(workers)]
-    own = [read(a.variables) for a in averagers]
     assert averagers[0].exact == [2]  # the kernel, its momentum, its running squares
     assert averagers[0].variables[2].path.endswith("velocity")
-    sends = settled_sends(workers, lambda k: lambda: averagers[k].exchange(
-        own[k], feedback=False))
-    results = []
-    for r in range(workers):
-        with FakeComm(workers, r) as world:
-            world.hold_sent({k: sent for k, sent in sends.items() if k != r})
-            results.append([np.asarray(t) for t in averagers[r].exchange(own[r])])
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            np.testing.assert_array_equal(a, b)
+    results = agreed_round(averagers)
     squares = np.logspace(-12, -4, 2000)[None, :] * np.mean([1.0 + 0.5 * k for k in range(3)])
     np.testing.assert_allclose(results[0][2], squares, rtol=1e-5)
     # The rest is coded: off by at most two half-steps of the largest change, 0.03.
@@ -308,17 +316,7 @@ def test_a_coarse_round_pools_batch_norm_statistics_as_a_float32_round_does(comp
     first = len(averagers[0].weights)
     statistics = range(first, first + len(averagers[0].statistics))
     assert averagers[0].exact == list(statistics) and len(statistics) == 2
-    own = [read(a.variables) for a in averagers]
-    sends = settled_sends(workers, lambda k: lambda: averagers[k].exchange(
-        own[k], feedback=False))
-    results = []
-    for r in range(workers):
-        with FakeComm(workers, r) as world:
-            world.hold_sent({k: sent for k, sent in sends.items() if k != r})
-            results.append([np.asarray(t) for t in averagers[r].exchange(own[r])])
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            np.testing.assert_array_equal(a, b)
+    results = agreed_round(averagers)
     means = np.mean([np.full(3, r + 1.0) for r in range(workers)], axis=0)
     # Pooled: the mean of each worker's variance about the pooled mean.
     pooled = np.mean([0.5 + r / 10 + (r + 1.0 - means) ** 2 for r in range(workers)], axis=0)
