@@ -227,7 +227,7 @@ class TrainConfig:
         # Off where unused, so that a sweep's sync run can put it back (`refused_in`).
         modes=("local",), default_per_mode={"sync": False, "async": False}, before=False)
     round_compression: str | None = _opt(
-        None, "how rounds travel: none, fp16, int8, int4, int2 or topk",
+        None, "how rounds travel (configuration.md says each form)",
         # Async's default depends on the job's period: settled by `plan.settle`.
         ROUND_COMPRESSIONS, modes=LOCAL_MODES,
         default_per_mode={m: c for m, c in DEFAULT_ROUND_COMPRESSION.items() if m != "async"},

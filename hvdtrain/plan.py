@@ -251,7 +251,7 @@ def _compression(cfg: TrainConfig) -> str:
 
 
 _VALUE_WORDS = {"none": "float32", "topk": "the top 8 of every 256",
-                "int2": "ternary int2"}
+                "int2": "ternary int2", "int1": "sign (int1)"}
 
 
 def _round_form(cfg: TrainConfig, period: int | str | None) -> str:

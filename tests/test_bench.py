@@ -140,7 +140,7 @@ def test_overhead_pairs_the_repeats_taken_in_turn():
     (["--hosts", "2", "--slots", "0"], "--slots must be at least 1, got 0"),
     (["--hosts", "2", "--link-rate", "fast"], "--link-rate must be a rate in tc's units"),
     (["--round-compression", "none,int3"], "--round-compression takes a comma-separated list "
-                                           "of none, fp16, int8, int4, int2, topk; got 'int3'"),
+                                           "of none, fp16, int8, int4, int2, int1, topk; got 'int3'"),
     (["--optimizer", "auto"], "--optimizer must be one of sgd, adam, lars, lamb (one optimizer "
                               "at every worker count, so not auto), got 'auto'"),
     (["--optimizer", "lamb", "--modes", "sync,horovod"],

@@ -302,7 +302,7 @@ def test_topk_rounds_of_no_change_deliver_what_is_owed(workers):
     assert np.abs(taken - meant).max() < 0.05 * np.abs(meant).max()
 
 
-@pytest.mark.parametrize("compression", ["topk", "int2"])
+@pytest.mark.parametrize("compression", ["topk", "int2", "int1"])
 def test_a_coarse_round_pools_batch_norm_statistics_as_a_float32_round_does(compression):
     # A sparse round could send a moving mean's change without its variance's, int2 each
     # within a factor of 2; the statistics travel whole, in float32, so the pooled

@@ -71,7 +71,7 @@ def test_saved_config_loads_back_identically(tmp_path):
      "--no-epoch-rounds needs blocking rounds every n_sync steps, got --sync-seconds 2.0"),
     ({"mode": "async", "epoch_rounds": False}, "--epoch-rounds needs --mode local, got"),
     ({"mode": "local", "round_compression": "int3"},
-     "--round-compression must be one of none, fp16, int8, int4, int2, topk, got 'int3'"),
+     "--round-compression must be one of none, fp16, int8, int4, int2, int1, topk, got 'int3'"),
     ({"round_compression": "int8"},
      "--round-compression needs --mode local or async, got --round-compression int8 with "
      "--mode sync"),

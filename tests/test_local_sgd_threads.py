@@ -72,7 +72,8 @@ def _fit_local(workers: int, **local_options):
 
 
 @pytest.mark.parametrize("workers, compression",
-                         [(2, "none"), (3, "int8"), (4, "int4"), (2, "int2"), (3, "topk")])
+                         [(2, "none"), (3, "int8"), (4, "int4"), (2, "int2"), (3, "int1"),
+                          (3, "topk")])
 def test_every_worker_holds_the_same_bits_right_after_each_round_and_not_between(
         workers, compression):
     results = _fit_local(workers, n_sync=3, round_compression=compression)

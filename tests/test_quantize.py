@@ -42,7 +42,7 @@ def test_fp16_round_trip_is_float16_rounding():
     np.testing.assert_array_equal(back, values.astype(np.float16).astype(np.float32))
 
 
-@pytest.mark.parametrize("compression", ["fp16", "int8", "int4", "int2", "topk"])
+@pytest.mark.parametrize("compression", ["fp16", "int8", "int4", "int2", "int1", "topk"])
 def test_encoded_rows_decode_shard_by_shard(compression):
     values = chunks_of(np.random.default_rng(2), 6)
     rows = quantize.encode(tf.constant(values), 3, compression)
@@ -163,3 +163,18 @@ def test_int2_chunks_hold_whole_bytes_and_its_payload_is_a_quarter_byte_a_value(
     assert chunk % 4 == 0 and chunk <= CHUNK
     length = quantize.padded_length(values, workers, "int2")
     assert quantize.payload_bytes(values, workers, "int2") == length // 4 + 4 * (length // chunk)
+
+
+def test_int1_sends_each_value_as_its_sign_times_its_chunks_mean_magnitude():
+    values = chunks_of(np.random.default_rng(7), 3)
+    values[5] = 0.0  # 0 goes as +
+    back = quantize.round_trip(tf.constant(values), "int1").numpy().reshape(-1, CHUNK)
+    values = values.reshape(-1, CHUNK)
+    scale = np.abs(values).mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(back, np.where(values < 0, -1.0, 1.0) * scale, rtol=1e-6)
+    codes = np.array([1, -1, -1, 1, 1, 1, -1, 1, -1, -1, -1, -1, 1, 1, 1, 1], np.int8)
+    packed = quantize.pack_int1(tf.constant(codes))
+    assert packed.shape == (2,)
+    np.testing.assert_array_equal(quantize.unpack_int1(packed).numpy(), codes)
+    assert quantize.chunk_length(61706, 8, "int1") % 8 == 0
+    assert quantize.payload_bytes(8192, 1, "int1") == 8192 // 8 + 4 * 8

@@ -103,7 +103,7 @@ BAD = {
     "merge_after": (0, "must be a positive integer, got 0"),
     "warm_start_steps": (-1, "must be a non-negative integer, got -1"),
     "warm_start": ("solo", "must be one of sync, single, got 'solo'"),
-    "round_compression": ("int3", "must be one of none, fp16, int8, int4, int2, topk, got 'int3'"),
+    "round_compression": ("int3", "must be one of none, fp16, int8, int4, int2, int1, topk, got 'int3'"),
     "outer_optimizer": ("adam", "must be one of none, slowmo, nesterov, got 'adam'"),
 }
 

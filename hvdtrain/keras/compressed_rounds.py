@@ -1,4 +1,4 @@
-"""A round's mean sent compressed (float16, int8, int4, int2 or top-k), with error feedback.
+"""A round's mean sent compressed (float16, int8, int4, int2, int1 or top-k), with error feedback.
 
 What travels is each worker's change since the last consensus (the pseudo-gradient, up to
 its sign), plus what its last quantisation cut off: a reduce-scatter as an alltoall, each
@@ -33,7 +33,7 @@ from hvdtrain.keras.host_shards import HostShards
 
 class CompressedExchange:
     """The workers' mean of values shaped like `like` (tensors or variables, any float
-    dtype), sent as `compression` ("fp16", "int8", "int4", "int2" or "topk")."""
+    dtype), sent as `compression` ("fp16", "int8", "int4", "int2", "int1" or "topk")."""
 
     def __init__(self, like: Sequence, compression: str):
         if compression not in quantize.COMPRESSED:

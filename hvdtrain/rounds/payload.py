@@ -1,7 +1,7 @@
 """How many bytes a round moves: the encodings' sizes, padding and chunking, with no
 TensorFlow (the plan of a run reads them before any worker starts).
 
-A coded round (int8, int4, int2, topk) cuts its flat vector into one shard per worker, each of
+A coded round (int8, int4, int2, int1, topk) cuts its flat vector into one shard per worker, each of
 whole chunks of one length with a float32 scale each (`hvdtrain.rounds.quantize` encodes them).
 A topk chunk keeps only its largest values (SparseLoCo's top-k), each an
 int8 code and its uint8 place in the chunk.
@@ -15,19 +15,19 @@ CHUNK = 1024        # at most this many int8 or int4 values share one scale
 TOPK_CHUNK = 256
 TOPK_KEEP = 8
 # Codes run from -LEVELS to LEVELS: symmetric, so 0 stays exactly 0.
-LEVELS = {"int8": 127, "int4": 7, "int2": 1, "topk": 127}
+LEVELS = {"int8": 127, "int4": 7, "int2": 1, "int1": 1, "topk": 127}
 # Codes packed into each byte (a chunk holds a whole number of bytes of them).
-CODES_A_BYTE = {"int4": 2, "int2": 4}
+CODES_A_BYTE = {"int4": 2, "int2": 4, "int1": 8}
 INT8_LEVELS = LEVELS["int8"]
 SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
 CODED = tuple(LEVELS)  # the encodings with codes and scales
 # The encodings too coarse for BatchNorm's statistics, which they leave to float32: top-k
 # may send a moving mean's change without its variance's, int2 each within a factor of 2.
-WHOLE_STATISTICS = ("int2", "topk")
+WHOLE_STATISTICS = ("int2", "int1", "topk")
 COMPRESSED = ("fp16", *CODED)
 # Bytes a value takes in a round of each --round-compression (the scales aside): a topk
 # chunk's kept values send a code byte and a place byte each.
-VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1, "int4": 0.5, "int2": 0.25,
+VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1, "int4": 0.5, "int2": 0.25, "int1": 0.125,
                "topk": 2 * TOPK_KEEP / TOPK_CHUNK}
 
 
@@ -38,7 +38,8 @@ def _ceil_div(a: int, b: int) -> int:
 def chunk_length(values: int, workers: int, compression: str = "int8") -> int:
     """Values per chunk in a coded round of `values` at `workers`: a shard's share of them
     cut into the fewest chunks of at most `CHUNK`, all of one length (a whole number of
-    bytes of codes: even for int4, whose bytes hold two, a multiple of 4 for int2); topk's
+    bytes of codes: even for int4, whose bytes hold two, a multiple of 4 for int2, of 8 for
+    int1); topk's
     chunks are always `TOPK_CHUNK` long."""
     if compression == "topk":
         return TOPK_CHUNK

@@ -19,6 +19,8 @@ the mean magnitude of the chunk's values, codes -1, 0 or 1 packed four to a byte
 value is sent as its sign times the scale, or as 0 below half of it; error feedback
 carries what that cut to the next round. Every value moves in every round, as no sparse
 encoding's do.
+int1 (EF-SignSGD's sign): the same scale, each value sent as its sign times it (0 as +),
+eight codes a byte: half of int2's bytes, no value left at 0.
 int4 (as Streaming DiLoCo's 4-bit outer gradients): the same chunks and scales, a scale
 the chunk's largest magnitude / 7, codes within ±7 packed two to a byte (a chunk holds an
 even number of values); off by at most 1/14 of its chunk's largest, which error feedback
@@ -59,6 +61,15 @@ def quantize_chunks(values: tf.Tensor, chunk: int = CHUNK, levels: int = INT8_LE
     return tf.reshape(tf.cast(codes, tf.int8), [-1]), scales
 
 
+def sign_chunks(values: tf.Tensor, chunk: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """int1's codes, each value's sign (+1 for 0) as int8, and one scale per `chunk`
+    float32 `values`, their mean magnitude (an all-zero chunk decodes to 0 by it)."""
+    chunks = tf.reshape(values, [-1, chunk])
+    scales = tf.reduce_mean(tf.abs(chunks), axis=1)
+    codes = tf.where(chunks < 0, tf.constant(-1, tf.int8), tf.constant(1, tf.int8))
+    return tf.reshape(codes, [-1]), scales
+
+
 def dequantize_chunks(codes: tf.Tensor, scales: tf.Tensor) -> tf.Tensor:
     """The float32 values `codes` (int8, unpacked) with their chunks' `scales` stand for."""
     chunks = tf.reshape(tf.cast(codes, tf.float32), [tf.shape(scales)[0], -1]) * scales[:, None]
@@ -80,6 +91,21 @@ def unpack_int2(packed: tf.Tensor) -> tf.Tensor:
     byte = tf.cast(tf.bitcast(packed, tf.uint8), tf.int32)
     codes = [tf.bitwise.bitwise_and(tf.bitwise.right_shift(byte, 2 * k), 3) - 1 for k in range(4)]
     return tf.cast(tf.reshape(tf.stack(codes, axis=-1), [-1]), tf.int8)
+
+
+def pack_int1(codes: tf.Tensor) -> tf.Tensor:
+    """Codes of -1 or 1 (a multiple of 8 of them), eight to an int8 byte, the first in the
+    lowest bit, a set bit for 1."""
+    bits = tf.reshape(tf.cast(codes > 0, tf.int32), [-1, 8])
+    packed = tf.reduce_sum(bits * tf.bitwise.left_shift(1, tf.range(8)), axis=1)
+    return tf.bitcast(tf.cast(packed, tf.uint8), tf.int8)
+
+
+def unpack_int1(packed: tf.Tensor) -> tf.Tensor:
+    """`pack_int1`'s bytes back to their int8 codes, in order."""
+    byte = tf.cast(tf.bitcast(packed, tf.uint8), tf.int32)
+    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(byte[:, None], tf.range(8)), 1)
+    return tf.cast(tf.reshape(2 * bits - 1, [-1]), tf.int8)
 
 
 def pack_int4(codes: tf.Tensor) -> tf.Tensor:
@@ -106,8 +132,9 @@ def encode(values: tf.Tensor, shards: int, compression: str, chunk: int = CHUNK)
         return tf.reshape(tf.cast(values, tf.float16), [shards, -1])
     if compression == "topk":
         return _encode_topk(values, shards)
-    codes, scales = quantize_chunks(values, chunk, LEVELS[compression],
-                                    mean_scale=compression == "int2")
+    codes, scales = (sign_chunks(values, chunk) if compression == "int1" else
+                     quantize_chunks(values, chunk, LEVELS[compression],
+                                     mean_scale=compression == "int2"))
     codes = PACK.get(compression, lambda c: c)(codes)
     # Scales travel as their bytes, so a shard is one int8 row; all workers share a byte order.
     scale_bytes = tf.bitcast(scales, tf.int8)
@@ -133,8 +160,8 @@ def decode(rows: tf.Tensor, compression: str, chunk: int = CHUNK) -> tf.Tensor:
 
 
 # The encodings whose codes are packed several to a byte.
-PACK = {"int4": pack_int4, "int2": pack_int2}
-UNPACK = {"int4": unpack_int4, "int2": unpack_int2}
+PACK = {"int4": pack_int4, "int2": pack_int2, "int1": pack_int1}
+UNPACK = {"int4": unpack_int4, "int2": unpack_int2, "int1": unpack_int1}
 
 
 def _encode_topk(values: tf.Tensor, shards: int) -> tf.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 # What a round may apply to the averaged weights (SlowMo, or DiLoCo's Nesterov).
 OUTER_OPTIMIZERS = ("none", "slowmo", "nesterov")
 # How a round's state travels (`hvdtrain.rounds.quantize`).
-ROUND_COMPRESSIONS = ("none", "fp16", "int8", "int4", "int2", "topk")
+ROUND_COMPRESSIONS = ("none", "fp16", "int8", "int4", "int2", "int1", "topk")
 # How a warm start's steps train: gradients averaged, or one worker's (Paine et al.).
 WARM_STARTS = ("sync", "single")
 # Rescaled rounds (flat local mode's on LAMB, every step) travel in int4 by default: at

@@ -4,10 +4,11 @@ its choices together, each written once.
 `RoundSpec` holds every choice of a round, under the names of `hvdtrain.keras.LocalSGD`'s
 arguments: when (the period in steps or an adaptive rule, or rounds every T seconds;
 rounds at epoch ends; the warm start), how (overlapped behind the next steps as in async
-mode, in fragments, rescaled, across hosts only, sent in float16, int8, int4, int2 or top-k) and what
-(BatchNorm statistics and optimizer slots besides the weights, and the outer step that
-takes the average). A choice whose default depends on more than the spec (rescaled rounds
-follow the optimizer) is None, "not decided", until whoever knows decides it.
+mode, in fragments, rescaled, across hosts only, sent in float16, int8, int4, int2, int1
+or top-k) and what (BatchNorm statistics and optimizer slots besides the weights, and the
+outer step that takes the average). A choice whose default depends on more than the spec
+(rescaled rounds follow the optimizer) is None, "not decided", until whoever knows decides
+it.
 
 Each choice is checked on its own when a spec is made (`RoundFieldError`, naming the
 field: the layer's argument). `RULES` says which combinations cannot be;
@@ -56,7 +57,7 @@ class RoundSpec:
     warm_start_steps: int = 0
     warm_start: str = "sync"
     epoch_rounds: bool = True
-    round_compression: str = "none"  # how a round travels: none (float32), fp16, int8, int4, int2, topk
+    round_compression: str = "none"  # none (float32), fp16, int8, int4, int2, int1, topk
     fp16_allreduce: bool = False   # another name for round_compression="fp16"
     average_bn_stats: bool = True  # BatchNorm's moving statistics averaged with the weights
     average_optimizer_state: bool = False  # the optimizer's slots averaged too (momentum shared)
