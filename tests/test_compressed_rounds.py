@@ -1,5 +1,5 @@
-"""--round-compression on two real workers (horovodrun --gloo): int8 and int4 rounds leave
-both ranks with the same bits, and the run counts the bytes its rounds encode. In one
+"""--round-compression on two real workers (horovodrun --gloo): int8, int4, int2, int1 and
+topk rounds leave both ranks with the same bits, and the run counts the bytes its rounds encode. In one
 process: fp16 asked for by --fp16-allreduce (`LocalSGD(fp16_allreduce=True)`) is the same
 fp16 rounds.
 
@@ -34,8 +34,13 @@ RUNS = {
     "none": LOCAL,
     "int8": dict(LOCAL, round_compression="int8"),
     "int4": dict(LOCAL, round_compression="int4"),
+    "int2": dict(LOCAL, round_compression="int2"),
+    "int1": dict(LOCAL, round_compression="int1"),
+    "topk": dict(LOCAL, round_compression="topk"),
     "fp16": dict(LOCAL, round_compression="fp16"),
     "async_int8": dict(LOCAL, mode="async", round_compression="int8"),
+    # each overlapped round taken a step after it starts (Streaming DiLoCo's tau)
+    "async_merge_after_1": dict(LOCAL, mode="async", round_compression="int8", merge_after=1),
     # Adam's moments averaged: the first coded, the running squares in float32
     "int8_adam_state": dict(LOCAL, round_compression="int8", optimizer="adam", base_lr=1e-3,
                             average_optimizer_state=True),
@@ -55,8 +60,9 @@ def results(tmp_path_factory):
 
 @pytest.mark.ci
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
-@pytest.mark.parametrize("name", ["int8", "int4", "fp16", "int8_adam_state", "int8_rescaled"])
+@pytest.mark.long  # one horovodrun job of twelve trainings, kept out of make test
+@pytest.mark.parametrize("name", ["int8", "int4", "int2", "int1", "topk", "fp16",
+                                  "int8_adam_state", "int8_rescaled"])
 def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round(results, name):
     ranks = results[name]
     for step in range(7):
@@ -67,15 +73,16 @@ def test_compressed_rounds_leave_both_ranks_with_the_same_bits_after_every_round
 
 @pytest.mark.ci
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
-def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results):
-    ranks = results["async_int8"]
+@pytest.mark.long  # one horovodrun job of twelve trainings, kept out of make test
+@pytest.mark.parametrize("name", ["async_int8", "async_merge_after_1"])
+def test_async_int8_rounds_end_the_epoch_on_the_same_bits(results, name):
+    ranks = results[name]
     np.testing.assert_array_equal(ranks[0]["final"], ranks[1]["final"])
 
 
 @pytest.mark.ci
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of twelve trainings, kept out of make test
 def test_compressed_rounds_train_near_the_float32_rounds(results):
     plain = results["none"][0]["final"]
     for name in ("int8", "int4", "fp16"):
@@ -85,7 +92,7 @@ def test_compressed_rounds_train_near_the_float32_rounds(results):
 
 @pytest.mark.ci
 @pytest.mark.multiprocess
-@pytest.mark.long  # one horovodrun job of seven trainings, kept out of make test
+@pytest.mark.long  # one horovodrun job of twelve trainings, kept out of make test
 def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     summaries = {name: json.loads(str(results[name][0]["summary"])) for name in RUNS}
     plain = summaries["none"]
@@ -93,7 +100,9 @@ def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     # default: a round carries the weights alone.
     assert plain["bytes_allreduced"] == plain["averaging_rounds"] * 4 * plain["parameters"]
     for name, compression, values in (("int8", "int8", 1), ("int4", "int4", 1), ("fp16", "fp16", 1),
-                                      ("async_int8", "int8", 1)):
+                                      ("int2", "int2", 1), ("int1", "int1", 1),
+                                      ("topk", "topk", 1), ("async_int8", "int8", 1),
+                                      ("async_merge_after_1", "int8", 1)):
         summary = summaries[name]
         assert summary["averaging_rounds"] == plain["averaging_rounds"]
         assert summary["bytes_allreduced"] == summary["averaging_rounds"] * \
@@ -108,6 +117,8 @@ def test_the_summary_counts_the_bytes_a_compressed_round_encodes(results):
     # int8 rounds move about a quarter of float32's bytes (padding to whole chunks aside).
     assert summaries["int8"]["bytes_allreduced"] < 0.26 * plain["bytes_allreduced"]
     assert summaries["int4"]["bytes_allreduced"] < 0.13 * plain["bytes_allreduced"]
+    assert summaries["int1"]["bytes_allreduced"] < 0.035 * plain["bytes_allreduced"]
+    assert summaries["topk"]["bytes_allreduced"] < 0.021 * plain["bytes_allreduced"]
 
 
 def test_round_compression_is_refused_in_sync_mode_in_one_line():
