@@ -1,4 +1,5 @@
-"""A round's mean sent compressed (float16, int8, int4, int2, int1 or top-k), with error feedback.
+"""A round's mean sent compressed (float16, int8, int4, int2, int1 or top-k), with error
+feedback.
 
 What travels is each worker's change since the last consensus (the pseudo-gradient, up to
 its sign), plus what its last quantisation cut off: a reduce-scatter as an alltoall, each

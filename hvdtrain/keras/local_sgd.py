@@ -111,15 +111,14 @@ class LocalSGD(keras.callbacks.Callback):
       broadcast_initial_state: start every worker from rank 0's state.
       fp16_allreduce: another name for `round_compression="fp16"` (rounds only: gradients
         travel as the optimizer's `with_gradient_averaging(fp16_allreduce=...)` says). Not
-        with `round_compression="int8"` or `"int4"`.
+        with a coded `round_compression` (int8, int4, int2, int1, topk).
       round_compression: "none", or "fp16", "int8", "int4", "int2", "int1" or "topk": rounds
-        send each worker's change
-        since the last round plus what its last round's encoding cut off (error feedback),
-        through an alltoall and an allgather, so every worker ends a round with the same
-        bits (`hvdtrain.keras.compressed_rounds`). fp16 moves half of float32's bytes, int8
-        about a quarter, int4 about an eighth, int2 (each value's sign times its chunk's
-        mean magnitude, or 0) about a sixteenth, int1 (its sign times that) about a
-        thirty-second, topk (the 8 largest of every 256 values,
+        send each worker's change since the last round plus what its last round's encoding
+        cut off (error feedback), through an alltoall and an allgather, so every worker
+        ends a round with the same bits (`hvdtrain.keras.compressed_rounds`). fp16 moves
+        half of float32's bytes, int8 about a quarter, int4 about an eighth, int2 (each
+        value's sign times its chunk's mean magnitude, or 0) about a sixteenth, int1 (its
+        sign times that) about a thirty-second, topk (the 8 largest of every 256 values,
         each a code and its place) about a fifty-first.
       round_fragments: F > 1 cuts the averaged state by layer, in order, into F fragments of
         about equal bytes (`hvdtrain.keras.fragmented_rounds`); a period's round averages

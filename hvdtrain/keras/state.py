@@ -245,8 +245,8 @@ class ModelStateAverager:
         # beside the coded rest. A sparse round (topk) could send a moving mean's change
         # without its variance's, and the pooled variance would then come out far from
         # either, often below 0 (clamped, BatchNorm divides by its root: a ResNet-20 so
-        # evaluated at 10% with a loss of 1e35); int2's codes are as coarse. With them the
-        # statistics travel in float32 too (ResNet-20's are 0.5% of its values).
+        # evaluated at 10% with a loss of 1e35); int2's and int1's codes are as coarse. With
+        # them the statistics travel in float32 too (ResNet-20's are 0.5% of its values).
         first_slot = len(self.weights) + len(self.statistics)
         statistics = (range(len(self.weights), first_slot) if compression in WHOLE_STATISTICS
                       else [])
@@ -463,8 +463,8 @@ class ModelStateAverager:
         return [*sent[:first], *means, *sent[first + len(means):]]
 
     def _compressed_exchange(self, sent, take_chief: bool, name: str, feedback: bool, shards):
-        """`sent`'s exchange in a compressed round: the running squares (and, in a topk or
-        int2 round, BatchNorm's statistics: `exact`) in float32, the rest encoded."""
+        """`sent`'s exchange in a compressed round: the running squares (and, in a topk,
+        int2 or int1 round, BatchNorm's statistics: `exact`) in float32, the rest encoded."""
         received = list(sent)
         if self.exact:
             means = _float_exchange([sent[j] for j in self.exact], take_chief,

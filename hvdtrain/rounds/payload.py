@@ -1,10 +1,10 @@
 """How many bytes a round moves: the encodings' sizes, padding and chunking, with no
 TensorFlow (the plan of a run reads them before any worker starts).
 
-A coded round (int8, int4, int2, int1, topk) cuts its flat vector into one shard per worker, each of
-whole chunks of one length with a float32 scale each (`hvdtrain.rounds.quantize` encodes them).
-A topk chunk keeps only its largest values (SparseLoCo's top-k), each an
-int8 code and its uint8 place in the chunk.
+A coded round (int8, int4, int2, int1, topk) cuts its flat vector into one shard per
+worker, each of whole chunks of one length with a float32 scale each
+(`hvdtrain.rounds.quantize` encodes them). A topk chunk keeps only its largest values
+(SparseLoCo's top-k), each an int8 code and its uint8 place in the chunk.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ INT8_LEVELS = LEVELS["int8"]
 SCALE_BYTES = 4     # a float32 scale, sent as int8 bytes beside the codes
 CODED = tuple(LEVELS)  # the encodings with codes and scales
 # The encodings too coarse for BatchNorm's statistics, which they leave to float32: top-k
-# may send a moving mean's change without its variance's, int2 each within a factor of 2.
+# may send a moving mean's change without its variance's, int2 and int1 each within a
+# factor of 2.
 WHOLE_STATISTICS = ("int2", "int1", "topk")
 COMPRESSED = ("fp16", *CODED)
 # Bytes a value takes in a round of each --round-compression (the scales aside): a topk
