@@ -13,7 +13,9 @@ sync's share: the cost model's ring allreduce (`costmodel.predict`) of the model
 gradients over one link a host, beside a step's compute measured by `hvdtrain bench` on
 this project's 2-core CPU machines (`MEASURED_STEPS`). The plan cannot time the job's own
 machines, so the note names the figure it used; a model with no measured step gets the
-rule and the command that measures it. Pure Python: no TensorFlow.
+rule and the command that measures it. The model overlaps no gradient with
+back-propagation, as sync's gradient groups do, so its share is an upper bound. Pure
+Python: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -73,10 +75,26 @@ def sync_communication_share(cfg: TrainConfig, workers: int, hosts: int,
     return predict(work, "sync", workers, link).communication_share
 
 
+# Where the estimate met a measurement (BENCHMARKS.md, "Time to accuracy where the network
+# binds"): ResNet-20 at a batch of 64 on 4 hosts at 100 Mbit/s, where the bench ran sync at
+# 0.81x independent workers' images/sec.
+CHECKED_AT = dict(model="resnet20", batch_size=64, hosts=4, link_rate="100mbit",
+                  measured_ratio=0.81)
 MEASURE = (f"`hvdtrain bench --modes sync,independent` measures it: sync below "
            f"{SLOW_NETWORK_SHARE:g}x independent workers' images/sec")
 GAIN = ("local mode reached sync's accuracy less a point in a third of sync's time on "
         "emulated hosts")
+
+
+def _checked() -> str:
+    """The estimate beside the measurement it was checked against, in words."""
+    at = CHECKED_AT
+    share = sync_communication_share(
+        TrainConfig(model=at["model"], batch_size=at["batch_size"]), at["hosts"], at["hosts"],
+        parse_rate(at["link_rate"]))
+    return (f"for {at['model']} on {at['hosts']} hosts at {at['link_rate']} it estimates "
+            f"{share:.0%}, where sync ran at {at['measured_ratio']:g}x independent workers' "
+            f"images/sec")
 
 
 def network_note(cfg: TrainConfig, workers: int, hosts: int, link_rate: str) -> str:
@@ -95,7 +113,9 @@ def network_note(cfg: TrainConfig, workers: int, hosts: int, link_rate: str) -> 
     step = MEASURED_STEPS[cfg.model]
     estimate = (f"estimated by the cost model from a step of {cfg.model} on {step.shape} "
                 f"measured at {step.seconds:g} s for a batch of {step.batch}, {step.where}; "
-                f"your machines' own step changes it")
+                f"your machines' own step changes it; it leaves out sync's overlap of its "
+                f"gradients with back-propagation, so it is at most what sync spends: "
+                f"{_checked()}")
     said = f"{where} sync would spend about {share:.0%} of its step communicating ({estimate})"
     if share >= SLOW_NETWORK_SHARE:
         return (f"the network binds: {said}; it binds from {binds} ({MEASURE}), and there "
