@@ -109,9 +109,9 @@ class RoundRunner:
 
     def merge_due(self, after: int) -> bool:
         """Whether the overlapped round in flight started `after` steps ago or more."""
-        started_at = self.overlapped.started_at if self.overlapped is not None else None
-        return (self.overlapped is not None and self.overlapped.in_flight
-                and self.progress.steps - started_at >= after)
+        if self.overlapped is None or not self.overlapped.in_flight:
+            return False
+        return self.progress.steps - self.overlapped.started_at >= after
 
     def finish_in_flight(self) -> None:
         """Wait for the overlapped round in flight, if any, and apply it."""
