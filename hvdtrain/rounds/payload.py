@@ -26,9 +26,10 @@ CODED = tuple(LEVELS)  # the encodings with codes and scales
 # factor of 2.
 WHOLE_STATISTICS = ("int2", "int1", "topk")
 COMPRESSED = ("fp16", *CODED)
-# Bytes a value takes in a round of each --round-compression (the scales aside): a topk
-# chunk's kept values send a code byte and a place byte each.
-VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1, "int4": 0.5, "int2": 0.25, "int1": 0.125,
+# Bytes a value takes in a round of each --round-compression (the scales aside): packed
+# codes a byte's share each; a topk chunk's kept values send a code byte and a place byte.
+VALUE_BYTES = {"none": 4, "fp16": 2, "int8": 1,
+               **{name: 1 / codes for name, codes in CODES_A_BYTE.items()},
                "topk": 2 * TOPK_KEEP / TOPK_CHUNK}
 
 
