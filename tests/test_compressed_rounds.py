@@ -1,7 +1,7 @@
 """--round-compression on two real workers (horovodrun --gloo): int8, int4, int2, int1 and
-topk rounds leave both ranks with the same bits, and the run counts the bytes its rounds encode. In one
-process: fp16 asked for by --fp16-allreduce (`LocalSGD(fp16_allreduce=True)`) is the same
-fp16 rounds.
+topk rounds leave both ranks with the same bits, and the run counts the bytes its rounds
+encode. In one process: fp16 asked for by --fp16-allreduce (`LocalSGD(fp16_allreduce=True)`)
+is the same fp16 rounds.
 
 The one-process tests at K workers are in test_compressed_rounds_k_workers.py.
 """

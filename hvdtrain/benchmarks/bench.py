@@ -108,8 +108,8 @@ SETUP_OPTIONS = (
              "bytes_per_round (and largest_burst_bytes) count what a worker hands to a "
              "round: int8 codes, one byte a value (int4: half a byte), plus a float32 scale "
              "per chunk of at most 1,024 values; topk, a code and a place byte for each of "
-             "the 8 largest of every 256 values and a scale; or fp16, two bytes a value; padded to one "
-             "whole shard per worker (default: training's, per setup: "
+             "the 8 largest of every 256 values and a scale; or fp16, two bytes a value; "
+             "padded to one whole shard per worker (default: training's, per setup: "
              f"{DEFAULT_ROUND_COMPRESSION['local']} in local mode, "
              f"{RESCALED_ROUND_COMPRESSION} for its rescaled rounds (--optimizer lamb), "
              f"{DEFAULT_ROUND_COMPRESSION['async']} in async mode)")),
