@@ -55,7 +55,8 @@ DIMENSIONS: dict[str, tuple] = {
     "mode": ("local", "async"),                  # blocking rounds, or overlapped (async)
     "hosts": ("flat", "equal", "unequal"),       # flat local SGD, or hierarchical on hosts
     "period": ("steps", "qsr", "auto", "link"),
-    "compression": ("none", "int8", "int4", "topk"),  # how a round travels ("none": float32)
+    # How a round travels ("none": float32; int2, int1 and topk send statistics in float32).
+    "compression": ("none", "int8", "int4", "int2", "int1", "topk"),
     "fragments": (1, 2),
     "epoch_rounds": (True, False),
     "checkpoints": ("epochs", "steps"),
@@ -318,8 +319,11 @@ class ThreadElasticState:
 def _model(cfg: TrainConfig, schedule) -> keras.Model:
     with _BUILDING:
         keras.utils.set_random_seed(cfg.seed)
-        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="relu"),
-                                  keras.layers.Dense(2)])
+        # BatchNorm's moving statistics are averaged apart from the weights (pooled, in
+        # float32 beside coarse codes, by host first in the hierarchy): every cell has them.
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8),
+                                  keras.layers.BatchNormalization(),
+                                  keras.layers.Activation("relu"), keras.layers.Dense(2)])
     model.compile(make_optimizer(cfg, WarmupDecaySchedule.from_spec(schedule),
                                  averaging=cfg.hierarchical_sgd),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
