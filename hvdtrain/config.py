@@ -92,6 +92,12 @@ DATASETS = ("fashion-mnist", "cifar10", "imagenet", "image-folder", "synthetic",
             "synthetic-device")
 MODELS = ("alexnet", "alexnet-lrn", "alexnet-2col", "lenet", "resnet50", "resnet20", "resnet32",
           "resnet56")
+# Each model's BatchNorm moving statistics (means and variances) as a share of its trainable
+# values, at 10 classes: the plan counts them in a round's bytes, since coarse rounds send
+# them in float32 (`hvdtrain.rounds.payload.WHOLE_STATISTICS`). Models without BatchNorm
+# have none. tests/test_models.py checks them against the built models.
+STATISTICS_SHARE = {"resnet20": 0.00511, "resnet32": 0.00490, "resnet56": 0.00477,
+                    "resnet50": 0.00226}
 
 
 # A run folder's config.yaml carries the version of its layout (files without one are 1).

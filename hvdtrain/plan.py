@@ -19,7 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from hvdtrain.config import ASYNC_ONE_STEP_COMPRESSION, TrainConfig, round_spec
+from hvdtrain.config import (ASYNC_ONE_STEP_COMPRESSION, STATISTICS_SHARE, TrainConfig,
+                             round_spec)
 from hvdtrain.errors import ConfigError
 from hvdtrain.optimizer_choice import AUTO, LAMB_FROM_GLOBAL_BATCH, auto_optimizer
 from hvdtrain.progress import run_steps
@@ -273,7 +274,7 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     # "none" is the option's word for rounds that compress nothing: they send float32.
     compression = _compression(cfg)
     form = [f"{_VALUE_WORDS.get(compression, compression)} values"]
-    if compression in WHOLE_STATISTICS and cfg.average_bn_stats:
+    if compression in WHOLE_STATISTICS and cfg.average_bn_stats and cfg.model in STATISTICS_SHARE:
         form.append("statistics in float32")
     if cfg.round_fragments > 1:
         form.append(f"one of {cfg.round_fragments} fragments a round")
@@ -322,13 +323,18 @@ def _send_share(cfg: TrainConfig, job: Job, period: int | str | None) -> float |
 def _round_share(cfg: TrainConfig, replicas: int) -> float:
     """A whole round's bytes, as a share of one copy of the weights in float32."""
     values = NOMINAL_VALUES
-    coded = payload_bytes(values, replicas, _compression(cfg))
+    compression = _compression(cfg)
+    coded = payload_bytes(values, replicas, compression)
     moments = squares = 0
     if cfg.average_optimizer_state:
         squares = int(cfg.optimizer in WITH_RUNNING_SQUARES)
         moments = 1 if squares else int(cfg.momentum > 0)
-    # Running squares travel in float32 in any round (`ModelStateAverager.exact`).
-    total = (1 + moments) * coded + squares * VALUE_BYTES["none"] * values
+    # Running squares travel in float32 in any round (`ModelStateAverager.exact`), and so
+    # do BatchNorm's statistics in the coarse rounds; in the others they are coded too.
+    statistics = STATISTICS_SHARE.get(cfg.model, 0.0) if cfg.average_bn_stats else 0.0
+    whole = squares + (statistics if compression in WHOLE_STATISTICS else 0.0)
+    coded_copies = 1 + moments + (0.0 if compression in WHOLE_STATISTICS else statistics)
+    total = coded_copies * coded + whole * VALUE_BYTES["none"] * values
     return total / (VALUE_BYTES["none"] * values)
 
 

@@ -1,13 +1,22 @@
 import numpy as np
 import pytest
 
-from hvdtrain.config import MODELS
+from hvdtrain.config import MODELS, STATISTICS_SHARE
 from hvdtrain.errors import ConfigError
 from hvdtrain.models import build_model, model_names
 
 
 def test_the_config_lists_exactly_the_registered_models():
     assert sorted(MODELS) == model_names() and len(set(MODELS)) == len(MODELS)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_the_plans_share_of_batch_norm_statistics_is_the_built_models(name):
+    model = build_model(name, (28, 28, 1), 10)
+    weights = sum(int(v.shape.num_elements()) for v in model.trainable_variables)
+    statistics = sum(int(v.shape.num_elements()) for v in model.non_trainable_variables
+                     if v.dtype in ("float32", "float16", "float64"))
+    assert STATISTICS_SHARE.get(name, 0.0) == pytest.approx(statistics / weights, rel=0.01)
 
 
 @pytest.mark.parametrize("name, input_shape, params", [

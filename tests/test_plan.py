@@ -58,6 +58,18 @@ def test_local_modes_round_form_follows_the_optimizer_auto_takes(workers, period
     assert plan.send_share == pytest.approx(share, rel=0.02)
 
 
+def test_coarse_rounds_count_batch_norm_statistics_in_float32_and_finer_ones_coded():
+    """ResNet-20's statistics are 0.51% of its values: coded in an int8 round, in float32 in
+    an int1 one, where they add 0.51% x 32 of a float32 copy to 1/32 of one."""
+    def share(model, compression):
+        return plan_of(4, mode="local", model=model, n_sync=1,
+                       round_compression=compression).send_share
+    assert share("resnet20", "int8") == pytest.approx(share("lenet", "int8") * 1.0051, rel=1e-3)
+    assert share("resnet20", "int1") == pytest.approx(share("lenet", "int1") + 0.0051, rel=1e-2)
+    assert "statistics in float32" not in plan_of(4, mode="local", model="lenet",
+                                                  round_compression="int1").round_form
+
+
 def test_a_resumed_run_keeps_its_optimizer_and_the_options_it_saved():
     saved = load_config(None, {"mode": "local", "optimizer": "sgd", "n_sync": 5}).resolved()
     plan = settle(load_config(None, {"mode": "local"}), Job(32, 1), SavedRun(config=saved))
