@@ -80,6 +80,8 @@ BN = "batchnorm-recipe/"
 BN_FILES = [BN + name for name in ("sweep-16x64.csv", "sweep-16x64-sgd.csv",
                                    "sweep-32x32.csv", "sweep-32x32-sgd.csv")]
 COMPRESSION = "tables/053-e5-compression-momentum-8x64.csv"
+HUNDREDTH = "time-to-accuracy/resnet20-hundredth/"
+HUNDREDTH_SYNC, HUNDREDTH_INT1 = HUNDREDTH + "sweep-sync.csv", HUNDREDTH + "sweep-int1-every-4.csv"
 HIER10 = "tables/038-hier-host-shards-10-seeds.csv"
 HIER5E = "tables/040-hier-5-epochs.csv"
 NIC_THIRD = "nic-third/per_step.csv"
@@ -160,6 +162,18 @@ def compression_gaps() -> list[float]:
     return [abs(fig.mean(seeds(COMPRESSION, (r, m), 3)) - base)
             for r in ("float32", "fp16", "int8") for m in ("averaged", "kept local")
             if (r, m) != ("int8", "kept local")]
+
+
+def hundredth_gap() -> tuple[float, float]:
+    """ResNet-20's int1 rounds every 4 steps less sync, paired by seed."""
+    return ci(fig.paired(sweep(HUNDREDTH_INT1, "test_accuracy", 100, mode="local"),
+                         sweep(HUNDREDTH_SYNC, "test_accuracy", 100, mode="sync"),
+                         fig.difference))
+
+
+def hundredth_share() -> float:
+    """Their bytes as a share of sync's, paired by seed."""
+    return bytes_share(HUNDREDTH_INT1, "local", reference=HUNDREDTH_SYNC)
 
 
 def hier_minus_flat(setting: str) -> tuple[float, float]:
@@ -286,13 +300,16 @@ GLANCE = (
         Figure(rf"ResNet-20 ({N}) ± ({N}), ({N}) ± ({N})",
                lambda: [*resnet_lamb_gain("16x64"), *resnet_lamb_gain("32x32")]),
     ), no_file=("optimizer column",)),
-    Row("What do int8 and int4 rounds cost in accuracy?", (COMPRESSION, INT4), (
-        Figure(rf"means within ({N}) points", lambda: [max(compression_gaps())],
-               at_most=True),
-        Figure(rf"int4 level with int8 \(({N}) ± ({N}), ({N}) ± ({N}), ({N}) ± ({N})\)",
-               lambda: [*int4_minus_int8("16 × 64"), *int4_minus_int8("32 × 32"),
-                        *int4_minus_int8("32 × 64")]),
-    )),
+    Row("What do compressed rounds cost in accuracy?",
+        (COMPRESSION, INT4, HUNDREDTH_SYNC, HUNDREDTH_INT1), (
+            Figure(rf"means within ({N}) points", lambda: [max(compression_gaps())],
+                   at_most=True),
+            Figure(rf"int4 level with int8 \(({N}) ± ({N}), ({N}) ± ({N}), ({N}) ± ({N})\)",
+                   lambda: [*int4_minus_int8("16 × 64"), *int4_minus_int8("32 × 32"),
+                            *int4_minus_int8("32 × 64")]),
+            Figure(rf"({N}) of sync's bytes: ({N}) ± ({N}), a loss",
+                   lambda: (hundredth_share(), *hundredth_gap())),
+        )),
     Row("Does hierarchical local SGD cost accuracy?", (HIER10,), (
         Figure(rf"hosts of 2: ({N}) ± ({N})",
                lambda: hier_minus_flat("hosts of 2, every 2 steps, host shards")),
