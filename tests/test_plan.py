@@ -60,7 +60,7 @@ def test_local_modes_round_form_follows_the_optimizer_auto_takes(workers, period
 
 def test_coarse_rounds_count_batch_norm_statistics_in_float32_and_finer_ones_coded():
     """ResNet-20's statistics are 0.51% of its values: coded in an int8 round, in float32 in
-    an int1 one, where they add 0.51% x 32 of a float32 copy to 1/32 of one."""
+    an int1 one, where they add 0.0051 of a float32 copy to int1's 1/32 of one (a sixth)."""
     def share(model, compression):
         return plan_of(4, mode="local", model=model, n_sync=1,
                        round_compression=compression).send_share
