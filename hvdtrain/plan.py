@@ -274,7 +274,7 @@ def _round_form(cfg: TrainConfig, period: int | str | None) -> str:
     # "none" is the option's word for rounds that compress nothing: they send float32.
     compression = _compression(cfg)
     form = [f"{_VALUE_WORDS.get(compression, compression)} values"]
-    if compression in WHOLE_STATISTICS and cfg.average_bn_stats and cfg.model in STATISTICS_SHARE:
+    if compression in WHOLE_STATISTICS and _statistics(cfg):
         form.append("statistics in float32")
     if cfg.round_fragments > 1:
         form.append(f"one of {cfg.round_fragments} fragments a round")
@@ -330,12 +330,21 @@ def _round_share(cfg: TrainConfig, replicas: int) -> float:
         squares = int(cfg.optimizer in WITH_RUNNING_SQUARES)
         moments = 1 if squares else int(cfg.momentum > 0)
     # Running squares travel in float32 in any round (`ModelStateAverager.exact`), and so
-    # do BatchNorm's statistics in the coarse rounds; in the others they are coded too.
-    statistics = STATISTICS_SHARE.get(cfg.model, 0.0) if cfg.average_bn_stats else 0.0
-    whole = squares + (statistics if compression in WHOLE_STATISTICS else 0.0)
-    coded_copies = 1 + moments + (0.0 if compression in WHOLE_STATISTICS else statistics)
-    total = coded_copies * coded + whole * VALUE_BYTES["none"] * values
+    # do BatchNorm's statistics in the coarse rounds; in the others they are coded with the
+    # weights.
+    float32_copies, coded_copies = squares, 1 + moments
+    if compression in WHOLE_STATISTICS:
+        float32_copies += _statistics(cfg)
+    else:
+        coded_copies += _statistics(cfg)
+    total = coded_copies * coded + float32_copies * VALUE_BYTES["none"] * values
     return total / (VALUE_BYTES["none"] * values)
+
+
+def _statistics(cfg: TrainConfig) -> float:
+    """The BatchNorm statistics a round averages, as a share of the model's weights (0 for a
+    model without BatchNorm, or with --no-average-bn-stats)."""
+    return STATISTICS_SHARE.get(cfg.model, 0.0) if cfg.average_bn_stats else 0.0
 
 
 def _one_host(cfg: TrainConfig, job: Job) -> str | None:
